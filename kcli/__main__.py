@@ -1,0 +1,3 @@
+from kcli.cli.app import main
+
+main()

@@ -1,0 +1,648 @@
+"""The broker: cluster metadata, partition logs, groups, and the tasks that keep them tidy.
+
+One process is one broker (node id from ``node.id``) and also the controller of its metadata
+log; nothing here is global, so several brokers can run in one process (tests, embedding).
+Request handlers call the methods below; each raises :class:`BrokerError` with a Kafka code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from kcli.broker.broker_config import BrokerConfig
+from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
+from kcli.broker.metadata_log import (
+    MODE_NONE,
+    MODE_READ_WRITE,
+    MetadataLog,
+    PartitionState,
+    TopicState,
+    partition_record,
+    record,
+)
+from kcli.protocol.errors import BrokerError
+
+log = logging.getLogger("kcli.broker")
+
+# Kafka error codes used here
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REQUEST = 42
+INVALID_CONFIG = 40
+TOPIC_DELETION_DISABLED = 73
+POLICY_VIOLATION = 44
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class DataDirError(Exception):
+    """The data directory cannot be used (locked by another broker, unwritable, ...)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise BrokerError(INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise BrokerError(INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise BrokerError(INVALID_TOPIC_EXCEPTION, f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
+    if not _TOPIC_NAME.match(name):
+        raise BrokerError(INVALID_TOPIC_EXCEPTION, f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+class AppendNotifier:
+    """Wakes long-polling fetches when data arrives on a partition they wait for."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+
+    def notify(self, topic: str, partition: int) -> None:
+        for fut in self._waiters.pop((topic, partition), ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for k in keys:
+            self._waiters.setdefault(k, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for k in keys:
+                s = self._waiters.get(k)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        self._waiters.pop(k, None)
+
+    def wake_all(self) -> None:
+        for key in list(self._waiters):
+            self.notify(*key)
+
+
+class FlushScheduler:
+    """Group commit for acks=all: concurrent produces share one fsync per log.
+
+    A caller adds its logs and awaits the next flush round; a round starts as soon as the
+    previous one ends, so fsync cost is amortised over everything that arrived meanwhile."""
+
+    def __init__(self) -> None:
+        self._pending: set[Any] = set()
+        self._round: asyncio.Future[None] | None = None
+        self._running = False
+
+    async def flush(self, logs: set[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._pending |= logs
+        if self._round is None:
+            self._round = loop.create_future()
+        fut = self._round
+        if not self._running:
+            asyncio.ensure_future(self._run())
+        await asyncio.shield(fut)
+
+    async def _run(self) -> None:
+        self._running = True
+        try:
+            while self._pending:
+                logs, self._pending = self._pending, set()
+                fut, self._round = self._round, None
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, _flush_all, logs)
+                except Exception as err:  # pragma: no cover - disk failure
+                    if fut is not None and not fut.done():
+                        fut.set_exception(err)
+                    continue
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+        finally:
+            self._running = False
+
+
+def _flush_all(logs: set[Any]) -> None:
+    for lg in logs:
+        lg.flush()
+
+
+class Broker:
+    """Owns the data dir; start() opens everything, close() flushes and releases it."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self.listen_host = host
+        self.listen_port = port
+        self.node_id = config.get_int("node.id")
+        self.rack: str | None = config.get_str("broker.rack") or None
+        self.metadata = MetadataLog(self.data_dir)
+        self.logs: dict[tuple[str, int], Any] = {}
+        self.notifier = AppendNotifier()
+        self.flusher = FlushScheduler()
+        self.groups: Any = None
+        self.diskless: Any = None
+        self.tiered: Any = None
+        self.partition_reducer: Any = None
+        self.server: Any = None
+        self.stopping = False
+        self.sasl_enabled = "PLAIN" in [m.upper() for m in config.get("sasl.enabled.mechanisms")]
+        self.advertised_host = host
+        self.advertised_port = port
+        self._lock_fd: int | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.started_ms = now_ms()
+        from kcli.broker.metrics import Metrics
+
+        self.metrics = Metrics()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    @property
+    def state(self):  # noqa: ANN201 - ClusterState
+        return self.metadata.state
+
+    @property
+    def cluster_id(self) -> str:
+        return self.state.cluster_id
+
+    def _lock_data_dir(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise DataDirError(f"cannot use data dir {self.data_dir}: {err.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DataDirError(f"data dir {self.data_dir} is in use by another broker") from None
+        probe = self.data_dir / ".write-probe"
+        try:
+            probe.write_bytes(b"x")
+            probe.unlink()
+        except OSError as err:
+            os.close(fd)
+            raise DataDirError(f"data dir {self.data_dir} is not writable: {err.strerror}") from None
+        self._lock_fd = fd
+
+    async def start(self) -> tuple[str, int]:
+        from kcli.broker.server import KafkaServer
+
+        self._lock_data_dir()
+        try:
+            self.metadata.open()
+        except Exception as err:
+            self._release_lock()
+            raise DataDirError(f"cannot read cluster metadata in {self.data_dir}: {err}") from None
+        if not self.state.cluster_id:
+            cid = self.config.get_str("cluster.id") or _kafka_uuid_str(uuid.uuid4())
+            self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
+        await self._open_storage()
+        self.server = KafkaServer(self, self.listen_host, self.listen_port)
+        host, port = await self.server.start()
+        self.advertised_host, self.advertised_port = self._advertised(host, port)
+        self._write_runtime_file()
+        self._spawn(self._retention_loop(), "retention")
+        return host, port
+
+    def _advertised(self, host: str, port: int) -> tuple[str, int]:
+        adv = self.config.get("advertised.listeners")
+        if adv:
+            m = re.match(r"^(?:\w+://)?\[?([^\]]*?)\]?:(\d+)$", adv[0])
+            if m:
+                return m.group(1), int(m.group(2))
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host, port
+
+    async def _open_storage(self) -> None:
+        from kcli.broker.groups import GroupCoordinator
+
+        for t in list(self.state.topics.values()):
+            if self.is_diskless(t):
+                continue
+            for p in t.partitions.values():
+                self._open_log(t, p.partition)
+        self.groups = GroupCoordinator(self.data_dir, self.config.get_int)
+        await self.groups.start()
+        for hook in self.extensions:
+            await hook.start()
+
+    @property
+    def extensions(self) -> list[Any]:
+        return [x for x in (self.diskless, self.tiered, self.partition_reducer) if x is not None]
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    def _write_runtime_file(self) -> None:
+        info = {"host": self.advertised_host, "port": self.advertised_port, "pid": os.getpid(),
+                "node_id": self.node_id, "cluster_id": self.cluster_id}
+        tmp = self.data_dir / "broker.json.tmp"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, self.data_dir / "broker.json")
+
+    async def close(self) -> None:
+        """Answer in-flight requests, stop tasks, flush every log, release the data dir."""
+        self.stopping = True
+        self.notifier.wake_all()
+        if self.server is not None:
+            await self.server.stop()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for hook in reversed(self.extensions):
+            try:
+                await hook.close()
+            except Exception:  # pragma: no cover
+                log.exception("closing %s failed", hook)
+        if self.groups is not None:
+            await self.groups.close()
+        for lg in self.logs.values():
+            try:
+                lg.flush()
+                lg.close()
+            except Exception:  # pragma: no cover
+                log.exception("closing log failed")
+        self.logs.clear()
+        self.metadata.close()
+        try:
+            (self.data_dir / "broker.json").unlink()
+        except OSError:
+            pass
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ---- topics ----------------------------------------------------------------------------
+    def topic(self, name: str) -> TopicState | None:
+        return self.state.topics.get(name)
+
+    def topic_exists(self, name: str) -> bool:
+        return name in self.state.topics
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
+        return self.state.topic_by_id(topic_id)
+
+    def is_diskless(self, t: TopicState) -> bool:
+        return t.configs.get("diskless.enable", "false").lower() == "true"
+
+    def is_tiered(self, t: TopicState) -> bool:
+        return t.configs.get("remote.storage.enable", "false").lower() == "true"
+
+    def topic_kind(self, t: TopicState) -> str:
+        if self.is_diskless(t):
+            return "diskless"
+        if self.is_tiered(t) or t.tiered_state in ("DISABLING",):
+            return "tiered"
+        return "classic"
+
+    def default_topic_configs(self) -> dict[str, Any]:
+        """Each topic config's default, taken from its broker synonym where set."""
+        out = {}
+        for name, d in TOPIC_CONFIGS.items():
+            if d.broker_synonym and d.broker_synonym in self.config.values:
+                out[name] = self.config.get(d.broker_synonym)
+            else:
+                out[name] = d.default
+        return out
+
+    def effective_topic_configs(self, t: TopicState) -> dict[str, tuple[str | None, str]]:
+        """name → (value, source) with source one of DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG,
+        DEFAULT_CONFIG — what DescribeConfigs reports."""
+        out: dict[str, tuple[str | None, str]] = {}
+        for name, d in TOPIC_CONFIGS.items():
+            if name in t.configs:
+                out[name] = (t.configs[name], "DYNAMIC_TOPIC_CONFIG")
+            elif d.broker_synonym and d.broker_synonym in self.config.explicit:
+                out[name] = (format_value(d, self.config.get(d.broker_synonym)), "STATIC_BROKER_CONFIG")
+            else:
+                out[name] = (format_value(d, d.default), "DEFAULT_CONFIG")
+        return out
+
+    def topic_config_value(self, t: TopicState, name: str) -> Any:
+        d = TOPIC_CONFIGS[name]
+        raw = self.effective_topic_configs(t)[name][0]
+        return parse_value(d, raw)
+
+    def validate_topic_configs(self, configs: dict[str, str | None], *, creating: bool, topic: TopicState | None = None) -> dict[str, str]:
+        """Parse and normalise topic configs; raise BrokerError(INVALID_CONFIG) naming the config."""
+        out: dict[str, str] = {}
+        for name, raw in configs.items():
+            d = TOPIC_CONFIGS.get(name)
+            if d is None:
+                raise BrokerError(INVALID_CONFIG, f"Unknown topic config name: {name}")
+            if raw is None:
+                raise BrokerError(INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
+            try:
+                value = parse_value(d, raw)
+            except ConfigError as err:
+                raise BrokerError(INVALID_CONFIG, str(err)) from None
+            out[name] = format_value(d, value) or ""
+        policy = out.get("cleanup.policy")
+        if policy is not None and "compact" in policy.split(","):
+            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported by kcli's broker yet; use delete")
+        if not creating and "diskless.enable" in out:
+            raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
+        diskless = out.get("diskless.enable") == "true" if creating else (topic is not None and self.is_diskless(topic))
+        if creating and diskless:
+            if not self.config.get_bool("diskless.system.enable"):
+                raise BrokerError(INVALID_CONFIG, "diskless.enable=true needs diskless.system.enable=true on the broker")
+            if out.get("remote.storage.enable") == "true":
+                raise BrokerError(INVALID_CONFIG, "a diskless topic cannot also set remote.storage.enable=true")
+        if out.get("remote.storage.enable") == "true":
+            if diskless:
+                raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
+            if not self.config.get_bool("remote.log.storage.system.enable"):
+                raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+        return out
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None], *, validate_only: bool = False,
+                     assignments: dict[int, list[int]] | None = None) -> TopicState | None:
+        validate_topic_name(name)
+        if name in self.state.topics:
+            raise BrokerError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if assignments:
+            num_partitions = len(assignments)
+            replication_factor = len(next(iter(assignments.values())))
+        if num_partitions == -1:
+            num_partitions = self.config.get_int("num.partitions")
+        if replication_factor == -1:
+            replication_factor = self.config.get_int("default.replication.factor")
+        if num_partitions <= 0:
+            raise BrokerError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+        if replication_factor <= 0:
+            raise BrokerError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        if replication_factor > 1:
+            raise BrokerError(INVALID_REPLICATION_FACTOR,
+                              f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        clean = self.validate_topic_configs(configs, creating=True)
+        if validate_only:
+            return None
+        topic_id = uuid.uuid4()
+        recs = [record("TopicRecord", name=name, topicId=topic_id)]
+        for p in range(num_partitions):
+            recs.append(partition_record(topic_id, PartitionState(p, self.node_id, [self.node_id], [self.node_id])))
+        for k, v in clean.items():
+            recs.append(record("ConfigRecord", resourceType=2, resourceName=name, name=k, value=v))
+        if clean.get("remote.storage.enable") == "true":
+            recs.append(record("TopicTieredStateRecord", topicId=topic_id, tieredEpoch=0, tieredState="ENABLED"))
+        self.metadata.append(recs)
+        t = self.state.topics[name]
+        if self.is_diskless(t):
+            if self.diskless is None:
+                raise BrokerError(INVALID_CONFIG, "diskless topics are not available on this broker")
+            self.diskless.create_partitions(t, range(num_partitions))
+        else:
+            for p in range(num_partitions):
+                self._open_log(t, p)
+        return t
+
+    def delete_topic(self, name: str) -> None:
+        if not self.config.get_bool("delete.topic.enable"):
+            raise BrokerError(TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        t = self.state.topics.get(name)
+        if t is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        self.metadata.append([record("RemoveTopicRecord", topicId=t.topic_id)])
+        self._drop_topic_data(t)
+
+    def _drop_topic_data(self, t: TopicState) -> None:
+        for (topic, p) in [k for k in self.logs if k[0] == t.name]:
+            lg = self.logs.pop((topic, p))
+            lg.delete()
+            self.notifier.notify(topic, p)
+        for hook in self.extensions:
+            hook.topic_deleted(t)
+        if self.groups is not None:
+            self.groups.delete_topic_offsets(t.name)
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        t = self.state.topics.get(name)
+        if t is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        current = len(t.partitions)
+        if count < current:
+            raise BrokerError(INVALID_PARTITIONS,
+                              f"Topic currently has {current} partitions, which is higher than the requested {count}.")
+        if count == current:
+            raise BrokerError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        if validate_only:
+            return
+        start = max(t.partitions) + 1 if t.partitions else 0
+        new = range(start, start + (count - current))
+        recs = [partition_record(t.topic_id, PartitionState(p, self.node_id, [self.node_id], [self.node_id])) for p in new]
+        self.metadata.append(recs)
+        if self.is_diskless(t):
+            self.diskless.create_partitions(t, new)
+        else:
+            for p in new:
+                self._open_log(t, p)
+
+    def alter_topic_configs(self, name: str, changes: dict[str, str | None], *, incremental: bool,
+                            validate_only: bool = False) -> None:
+        """Apply config changes; ``None`` deletes (reverts to default). Non-incremental replaces all."""
+        t = self.state.topics.get(name)
+        if t is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        sets = {k: v for k, v in changes.items() if v is not None}
+        deletes = [k for k, v in changes.items() if v is None]
+        for k in deletes:
+            if k not in TOPIC_CONFIGS:
+                raise BrokerError(INVALID_CONFIG, f"Unknown topic config name: {k}")
+            if k == "diskless.enable":
+                raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
+        if not incremental and self.is_diskless(t) and "diskless.enable" not in sets:
+            # AlterConfigs replaces the whole set: dropping diskless.enable would be a kind change.
+            sets_check = dict(sets)
+        else:
+            sets_check = sets
+        if "diskless.enable" in sets and t.configs.get("diskless.enable") == sets["diskless.enable"] and not incremental:
+            sets_check = {k: v for k, v in sets.items() if k != "diskless.enable"}
+        clean = self.validate_topic_configs(sets_check, creating=False, topic=t)
+        if not incremental and self.is_diskless(t):
+            clean["diskless.enable"] = "true"
+        new_configs = dict(t.configs) if incremental else {}
+        new_configs.update(clean)
+        for k in deletes:
+            new_configs.pop(k, None)
+        old = dict(t.configs)
+        for hook in self.extensions:
+            hook.validate_config_change(t, old, new_configs)
+        if validate_only:
+            return
+        recs = []
+        for k in sorted(set(old) | set(new_configs)):
+            if old.get(k) != new_configs.get(k):
+                recs.append(record("ConfigRecord", resourceType=2, resourceName=name, name=k, value=new_configs.get(k)))
+        extra: list[dict[str, Any]] = []
+        for hook in self.extensions:
+            extra += hook.config_change_records(t, old, new_configs)
+        self.metadata.append(recs + extra)
+        for (topic, p), lg in self.logs.items():
+            if topic == name:
+                lg.update_config(self.log_config(t))
+        for hook in self.extensions:
+            hook.config_changed(t, old, new_configs)
+
+    # ---- logs ------------------------------------------------------------------------------
+    def log_config(self, t: TopicState) -> Any:
+        from kcli.storage.log_config import LogConfig
+
+        eff = {k: v for k, (v, _src) in self.effective_topic_configs(t).items() if v is not None}
+        return LogConfig.from_dict(eff)
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    def _open_log(self, t: TopicState, partition: int) -> Any:
+        from kcli.storage.log import PartitionLog, write_partition_metadata
+
+        d = self.partition_dir(t.name, partition)
+        fresh = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            write_partition_metadata(d, t.topic_id)
+        lg = PartitionLog.open(d, self.log_config(t))
+        self.logs[(t.name, partition)] = lg
+        return lg
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        return self.logs.get((topic, partition))
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        t = self.state.topics.get(topic)
+        if t is None:
+            return None
+        return t.partitions.get(partition)
+
+    def visible_partitions(self, t: TopicState) -> list[PartitionState]:
+        """Partitions clients see in Metadata: ReadWrite and ReadOnly (draining) ones."""
+        return t.live_partitions()
+
+    def extension_topic_state(self, t: TopicState) -> dict[str, str]:
+        """Read-only state that features add to DescribeConfigs (tiered state, partition modes)."""
+        out: dict[str, str] = {}
+        for hook in self.extensions:
+            out.update(hook.topic_state(t))
+        return out
+
+    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool) -> Any:
+        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``."""
+        if self.is_diskless(t):
+            return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
+        lg = self.get_log(t.name, partition)
+        if lg is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
+            return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)
+        return lg.read(offset, max_bytes, min_one_batch=min_one)
+
+    def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
+        """(high watermark, log start offset)."""
+        if self.is_diskless(t):
+            return self.diskless.offsets(t, partition)
+        lg = self.get_log(t.name, partition)
+        if lg is None:
+            return -1, -1
+        return lg.log_end_offset, lg.log_start_offset
+
+    async def list_offset(self, t: TopicState, partition: int, timestamp: int) -> tuple[int, int]:
+        """ListOffsets for one partition: (offset, timestamp); -1 = latest, -2 = earliest,
+        -3 = max timestamp, -4 = earliest local, -5 = latest tiered."""
+        if self.is_diskless(t):
+            return await self.diskless.list_offset(t, partition, timestamp)
+        lg = self.get_log(t.name, partition)
+        if lg is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if timestamp == -1:
+            return lg.log_end_offset, -1
+        if timestamp == -2:
+            return lg.log_start_offset, -1
+        if timestamp == -4:
+            return lg.local_log_start_offset, -1
+        if timestamp == -5:
+            if self.tiered is not None:
+                return self.tiered.latest_tiered_offset(t, partition), -1
+            return -1, -1
+        if timestamp == -3:
+            found = lg.max_timestamp_offset() if hasattr(lg, "max_timestamp_offset") else None
+            return found if found is not None else (-1, -1)
+        if self.tiered is not None and self.tiered.has_remote(t, partition):
+            found = await self.tiered.offset_for_timestamp(t, partition, timestamp)
+            if found is not None:
+                return found
+        found = lg.offset_for_timestamp(timestamp)
+        return found if found is not None else (-1, -1)
+
+    async def delete_records(self, t: TopicState, partition: int, offset: int) -> int:
+        """DeleteRecords: move the log start offset; -1 means the high watermark."""
+        if self.is_diskless(t):
+            return await self.diskless.delete_records(t, partition, offset)
+        lg = self.get_log(t.name, partition)
+        if lg is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        hw = lg.log_end_offset
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            raise BrokerError(1, f"Cannot increment the log start offset to {offset} of partition {t.name}-{partition} since it is larger than the high watermark {hw}")
+        low = lg.delete_records_before(target)
+        if self.tiered is not None:
+            await self.tiered.log_start_moved(t, partition, low)
+        return low
+
+    def allocate_producer_id(self) -> int:
+        pid = self.state.next_producer_id
+        self.metadata.append([record("ProducerIdsRecord", nextProducerId=pid + 1)])
+        return pid
+
+    # ---- background ------------------------------------------------------------------------
+    async def _retention_loop(self) -> None:
+        interval = self.config.get_int("log.retention.check.interval.ms") / 1000
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            try:
+                self.run_retention()
+            except Exception:  # pragma: no cover - keep the loop alive
+                log.exception("retention check failed")
+
+    def run_retention(self) -> int:
+        deleted = 0
+        now = now_ms()
+        for (topic, p), lg in list(self.logs.items()):
+            t = self.topic(topic)
+            if t is not None and self.tiered is not None and self.tiered.manages(t):
+                continue  # the remote log manager applies local and total retention itself
+            deleted += lg.delete_retention(now)
+        return deleted
+
+
+def _kafka_uuid_str(u: uuid.UUID) -> str:
+    """Kafka prints UUIDs as URL-safe base64 without padding (22 chars)."""
+    import base64
+
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")

@@ -1,0 +1,78 @@
+"""Parsed broker configuration: --config pairs, a properties file, and Kafka's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kcli.broker.configs import BROKER_CONFIGS, ConfigError, format_value, parse_value
+
+# Plugins take their own settings under these prefixes (Kafka style: "<prefix>.<key>").
+PLUGIN_PREFIXES = (
+    "diskless.storage.",
+    "diskless.coordinator.",
+    "remote.log.storage.manager.impl.",
+    "remote.log.metadata.manager.impl.",
+    "kcli.fault.",
+)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Read a Java-style properties file (``key=value``, ``#`` comments)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{n}: expected key=value, got {line!r}")
+        out[line[:sep].strip()] = line[sep + 1 :].strip()
+    return out
+
+
+class BrokerConfig:
+    """Effective broker configs; unknown names are refused so typos never pass silently."""
+
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        self.values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
+        self.explicit: set[str] = set()
+        self.plugin: dict[str, str] = {}
+        for name, raw in (overrides or {}).items():
+            self.set(name, raw)
+
+    def set(self, name: str, raw: str) -> None:
+        if name.startswith(PLUGIN_PREFIXES) and name not in BROKER_CONFIGS:
+            self.plugin[name] = raw
+            return
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown broker config name: {name}")
+        self.values[name] = parse_value(d, raw)
+        self.explicit.add(name)
+        if name in ("node.id", "broker.id"):
+            self.values["node.id"] = self.values["broker.id"] = self.values[name]
+
+    def get(self, name: str) -> Any:
+        return self.values[name]
+
+    def get_int(self, name: str) -> int:
+        return int(self.values[name])
+
+    def get_bool(self, name: str) -> bool:
+        return bool(self.values[name])
+
+    def get_str(self, name: str) -> str:
+        v = self.values[name]
+        return "" if v is None else str(v)
+
+    def formatted(self, name: str) -> str | None:
+        return format_value(BROKER_CONFIGS[name], self.values[name])
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """Plugin settings under ``prefix`` with the prefix stripped."""
+        return {k[len(prefix):]: v for k, v in self.plugin.items() if k.startswith(prefix)}

@@ -1,0 +1,231 @@
+"""Broker and topic configuration definitions, defaults and validation, named as Kafka names them.
+
+Validation failures raise :class:`ConfigError` whose message names the config, in the words
+Kafka's ConfigDef uses ("Invalid value X for configuration Y: ..."), and map to INVALID_CONFIG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+INVALID_CONFIG = 40
+
+
+class ConfigError(ValueError):
+    """An unknown config name or a bad value (Kafka INVALID_CONFIG)."""
+
+    code = INVALID_CONFIG
+
+
+Validator = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str  # int | long | boolean | string | list | double | class | password
+    default: Any
+    doc: str = ""
+    validator: Validator | None = None
+    # For topic configs: the broker config that supplies the default (Kafka's synonym).
+    broker_synonym: str | None = None
+    read_only: bool = False
+    sensitive: bool = False
+
+
+def at_least(minimum: int | float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value < minimum:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be at least {minimum}")
+
+    return check
+
+
+def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
+    def check(name: str, value: Any) -> None:
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            ok = (v.lower() in [c.lower() for c in choices]) if case_insensitive else v in choices
+            if not ok:
+                raise ConfigError(
+                    f"Invalid value {v} for configuration {name}: String must be one of: {', '.join(choices)}"
+                )
+
+    return check
+
+
+def parse_value(d: ConfigDef, raw: Any) -> Any:
+    """Parse a string (or already-typed) value per ``d.type``; raise ConfigError naming ``d.name``."""
+    name = d.name
+    if raw is None:
+        return None
+    try:
+        if d.type in ("int", "long", "short"):
+            if isinstance(raw, bool):
+                raise ValueError
+            v: Any = int(str(raw).strip())
+            limit = 2**31 if d.type == "int" else 2**63
+            if not -limit <= v < limit:
+                raise ValueError
+        elif d.type == "double":
+            v = float(str(raw).strip())
+        elif d.type == "boolean":
+            s = str(raw).strip().lower()
+            if s not in ("true", "false"):
+                raise ConfigError(f"Invalid value {raw} for configuration {name}: Expected value to be either true or false")
+            v = s == "true"
+        elif d.type == "list":
+            s = str(raw).strip()
+            v = [x.strip() for x in s.split(",") if x.strip()] if s else []
+        else:
+            v = str(raw)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError):
+        expected = {"int": "32-bit integer", "long": "64-bit integer", "short": "16-bit integer",
+                    "double": "number"}.get(d.type, d.type)
+        raise ConfigError(f"Invalid value {raw} for configuration {name}: Not a {expected}") from None
+    if d.validator is not None:
+        d.validator(name, v)
+    return v
+
+
+def format_value(d: ConfigDef, value: Any) -> str | None:
+    if value is None:
+        return None
+    if d.type == "boolean":
+        return "true" if value else "false"
+    if d.type == "list":
+        return ",".join(value)
+    return str(value)
+
+
+def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in defs}
+
+
+_CLEANUP = one_of("delete", "compact")
+_TS_TYPE = one_of("CreateTime", "LogAppendTime")
+_COMPRESSION = one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_DISABLE_POLICY = one_of("retain", "delete")
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("cleanup.policy", "list", ["delete"], "Retention policy for old segments.", _CLEANUP, "log.cleanup.policy"),
+    ConfigDef("compression.type", "string", "producer", "Final compression type.", _COMPRESSION, "compression.type"),
+    ConfigDef("retention.ms", "long", 604800000, "Maximum time a log is kept (total, including remote).", at_least(-1), "log.retention.ms"),
+    ConfigDef("retention.bytes", "long", -1, "Maximum partition size (total, including remote).", None, "log.retention.bytes"),
+    ConfigDef("segment.bytes", "int", 1073741824, "Segment file size.", at_least(14), "log.segment.bytes"),
+    ConfigDef("segment.ms", "long", 604800000, "Time after which a segment rolls.", at_least(1), "log.roll.ms"),
+    ConfigDef("segment.index.bytes", "int", 10485760, "Offset index size.", at_least(8), "log.index.size.max.bytes"),
+    ConfigDef("segment.jitter.ms", "long", 0, "Roll jitter.", at_least(0), "log.roll.jitter.ms"),
+    ConfigDef("index.interval.bytes", "int", 4096, "Bytes between offset index entries.", at_least(0), "log.index.interval.bytes"),
+    ConfigDef("max.message.bytes", "int", 1048588, "Largest record batch size allowed.", at_least(0), "message.max.bytes"),
+    ConfigDef("message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", _TS_TYPE, "log.message.timestamp.type"),
+    ConfigDef("message.timestamp.difference.max.ms", "long", 9223372036854775807, "", at_least(0), "log.message.timestamp.difference.max.ms"),
+    ConfigDef("message.timestamp.before.max.ms", "long", 9223372036854775807, "", at_least(0), "log.message.timestamp.before.max.ms"),
+    ConfigDef("message.timestamp.after.max.ms", "long", 9223372036854775807, "", at_least(0), "log.message.timestamp.after.max.ms"),
+    ConfigDef("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", at_least(1), "min.insync.replicas"),
+    ConfigDef("unclean.leader.election.enable", "boolean", False, "", None, "unclean.leader.election.enable"),
+    ConfigDef("file.delete.delay.ms", "long", 60000, "", at_least(0), "log.segment.delete.delay.ms"),
+    ConfigDef("flush.messages", "long", 9223372036854775807, "", at_least(1), "log.flush.interval.messages"),
+    ConfigDef("flush.ms", "long", 9223372036854775807, "", at_least(0), "log.flush.interval.ms"),
+    ConfigDef("delete.retention.ms", "long", 86400000, "", at_least(0), "log.cleaner.delete.retention.ms"),
+    ConfigDef("min.compaction.lag.ms", "long", 0, "", at_least(0), "log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("max.compaction.lag.ms", "long", 9223372036854775807, "", at_least(1), "log.cleaner.max.compaction.lag.ms"),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, "", None, "log.cleaner.min.cleanable.ratio"),
+    ConfigDef("preallocate", "boolean", False, "", None, "log.preallocate"),
+    ConfigDef("message.downconversion.enable", "boolean", True, "", None, "log.message.downconversion.enable"),
+    ConfigDef("follower.replication.throttled.replicas", "list", [], ""),
+    ConfigDef("leader.replication.throttled.replicas", "list", [], ""),
+    # KIP-405 tiered storage
+    ConfigDef("remote.storage.enable", "boolean", False, "Tier rolled segments to remote storage."),
+    ConfigDef("local.retention.ms", "long", -2, "Local retention; -2 means use retention.ms.", at_least(-2), "log.local.retention.ms"),
+    ConfigDef("local.retention.bytes", "long", -2, "Local retention; -2 means use retention.bytes.", at_least(-2), "log.local.retention.bytes"),
+    # KIP-950 disablement, and the configs Apache Kafka 3.9+ shipped for it
+    ConfigDef("remote.log.disable.policy", "string", "retain", "What disabling tiering does to remote data: retain or delete.", _DISABLE_POLICY),
+    ConfigDef("remote.log.copy.disable", "boolean", False, "Stop copying to remote storage; remote data stays readable."),
+    ConfigDef("remote.log.delete.on.disable", "boolean", False, "Delete remote data when remote.storage.enable goes false."),
+    # KIP-1163 diskless
+    ConfigDef("diskless.enable", "boolean", False, "Store this topic's data as WAL objects in object storage (creation only)."),
+)
+
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("node.id", "int", 1, "This broker's id.", at_least(0), read_only=True),
+    ConfigDef("broker.id", "int", 1, "Synonym of node.id.", at_least(0), read_only=True),
+    ConfigDef("cluster.id", "string", "", "Cluster id (generated at first start when empty).", read_only=True),
+    ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listener address.", read_only=True),
+    ConfigDef("advertised.listeners", "list", [], "Address given to clients; defaults to the listener.", read_only=True),
+    ConfigDef("log.dirs", "string", "", "Data directory.", read_only=True),
+    ConfigDef("broker.rack", "string", "", "Rack of this broker.", read_only=True),
+    ConfigDef("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
+    ConfigDef("default.replication.factor", "int", 1, "", at_least(1)),
+    ConfigDef("auto.create.topics.enable", "boolean", True, "Create unknown topics on metadata requests."),
+    ConfigDef("delete.topic.enable", "boolean", True, ""),
+    ConfigDef("message.max.bytes", "int", 1048588, "Largest record batch size allowed.", at_least(0)),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, "Largest request size.", at_least(1)),
+    ConfigDef("log.segment.bytes", "int", 1073741824, "", at_least(14)),
+    ConfigDef("log.roll.ms", "long", 604800000, "", at_least(1)),
+    ConfigDef("log.retention.ms", "long", 604800000, "", at_least(-1)),
+    ConfigDef("log.retention.bytes", "long", -1, ""),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention (local and remote) runs.", at_least(1)),
+    ConfigDef("log.cleanup.policy", "list", ["delete"], "", _CLEANUP),
+    ConfigDef("log.message.timestamp.type", "string", "CreateTime", "", _TS_TYPE),
+    ConfigDef("log.index.interval.bytes", "int", 4096, "", at_least(0)),
+    ConfigDef("log.index.size.max.bytes", "int", 10485760, "", at_least(8)),
+    ConfigDef("log.roll.jitter.ms", "long", 0, "", at_least(0)),
+    ConfigDef("log.segment.delete.delay.ms", "long", 60000, "", at_least(0)),
+    ConfigDef("log.flush.interval.messages", "long", 9223372036854775807, "", at_least(1)),
+    ConfigDef("log.flush.interval.ms", "long", 9223372036854775807, "", at_least(0)),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, ""),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, ""),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", 9223372036854775807, ""),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, ""),
+    ConfigDef("log.preallocate", "boolean", False, ""),
+    ConfigDef("log.message.downconversion.enable", "boolean", True, ""),
+    ConfigDef("log.message.timestamp.difference.max.ms", "long", 9223372036854775807, ""),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", 9223372036854775807, ""),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 9223372036854775807, ""),
+    ConfigDef("log.local.retention.ms", "long", -2, "", at_least(-2)),
+    ConfigDef("log.local.retention.bytes", "long", -2, "", at_least(-2)),
+    ConfigDef("compression.type", "string", "producer", "", _COMPRESSION),
+    ConfigDef("min.insync.replicas", "int", 1, "", at_least(1)),
+    ConfigDef("unclean.leader.election.enable", "boolean", False, ""),
+    ConfigDef("log.flush.fsync.acks.all", "boolean", True,
+              "kcli: fsync before answering acks=all produces (one broker has no replicas to make acks=all durable)."),
+    # Groups
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance.", at_least(0)),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, "", at_least(0)),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, "", at_least(0)),
+    ConfigDef("offsets.retention.minutes", "int", 10080, "", at_least(1)),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
+    # KIP-405
+    ConfigDef("remote.log.storage.system.enable", "boolean", False, "Enable tiered storage on this broker."),
+    ConfigDef("remote.log.storage.manager.class.name", "string", "plugins.rsm.object_store.ObjectStoreRemoteStorageManager",
+              "RemoteStorageManager implementation."),
+    ConfigDef("remote.log.manager.task.interval.ms", "long", 30000, "How often segments are copied to remote storage.", at_least(1)),
+    # KIP-694
+    ConfigDef("delete.topic.partition.enable", "boolean", False, "Allow reducing a topic's partition count."),
+    ConfigDef("delete.topic.partition.interval.delay.ms", "long", 300000, "How often delayed partition deletions are checked.", at_least(1)),
+    # KIP-1163 / KIP-1164
+    ConfigDef("diskless.system.enable", "boolean", True, "Enable diskless topics on this broker."),
+    ConfigDef("diskless.storage.class.name", "string", "plugins.objectstore.local.LocalObjectStorage", "Object storage class for diskless topics."),
+    ConfigDef("diskless.storage.uri", "string", "", "kcli short form of the object store: file:///dir or s3://bucket/prefix."),
+    ConfigDef("diskless.append.commit.interval.ms", "int", 250, "How long a WAL object collects batches before upload.", at_least(1)),
+    ConfigDef("diskless.append.buffer.max.bytes", "int", 4194304, "Largest WAL object before it is closed early.", at_least(1)),
+    ConfigDef("diskless.coordinator.class.name", "string", "plugins.coordinator.sqlite.SqliteBatchCoordinator", "Batch coordinator class."),
+    ConfigDef("diskless.file.cleaner.retention.period.ms", "long", 60000, "Grace period before unused or orphan WAL objects are deleted.", at_least(0)),
+    ConfigDef("diskless.file.cleaner.interval.ms", "long", 5000, "How often WAL objects are garbage collected.", at_least(1)),
+    ConfigDef("diskless.fetch.cache.max.bytes", "long", 67108864, "Object-range cache for diskless fetches.", at_least(0)),
+    ConfigDef("diskless.retention.check.interval.ms", "long", 60000, "How often diskless retention runs.", at_least(1)),
+    # Security
+    ConfigDef("sasl.enabled.mechanisms", "list", [], "PLAIN enables SASL/PLAIN on the listener."),
+    ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
+)
+
+
+def validate_topic_config(name: str, value: Any) -> Any:
+    d = TOPIC_CONFIGS.get(name)
+    if d is None:
+        raise ConfigError(f"Unknown topic config name: {name}")
+    return parse_value(d, value)

@@ -1,0 +1,93 @@
+"""Fetch with Kafka's long poll: answer once min_bytes are ready or max_wait passes.
+
+Whole stored batches are returned as they lie on disk (or in WAL objects), never decoded.
+The first non-empty partition may exceed max_bytes by one batch so a consumer can always
+make progress, as Kafka does. Fetch sessions (KIP-227) are declined with session id 0,
+which makes clients send full requests.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from kcli.broker.dispatch import RequestContext, handler
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_ID = 100
+KAFKA_STORAGE_ERROR = 56
+
+
+def _partition_error(index: int, code: int) -> dict[str, Any]:
+    return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": None}
+
+
+async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int]:
+    b = ctx.broker
+    remaining = int(req.max_bytes) if req.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    out = []
+    first_data = True
+    for ft in req.topics:
+        if by_id:
+            t = b.topic_by_id(ft.topic_id)
+            name = t.name if t else None
+            entry: dict[str, Any] = {"topic_id": ft.topic_id, "partitions": []}
+        else:
+            name = ft.topic
+            t = b.topic(name)
+            entry = {"topic": name, "partitions": []}
+        for fp in ft.partitions:
+            idx = fp.partition
+            if t is None or idx not in t.partitions:
+                entry["partitions"].append(_partition_error(idx, UNKNOWN_TOPIC_ID if (by_id and t is None) else UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            limit = min(int(fp.partition_max_bytes), remaining)
+            try:
+                res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data)
+            except Exception as err:
+                code = getattr(err, "code", None)
+                if code is None:
+                    raise
+                pe = _partition_error(idx, code)
+                if code == OFFSET_OUT_OF_RANGE:
+                    hw, ls = b.partition_offsets(t, idx)
+                    pe.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=ls)
+                entry["partitions"].append(pe)
+                continue
+            size = len(res.records) if res.records else 0
+            if size:
+                first_data = False
+                remaining = max(0, remaining - size)
+                total += size
+            entry["partitions"].append({
+                "partition_index": idx, "error_code": 0, "high_watermark": res.high_watermark,
+                "last_stable_offset": res.high_watermark, "log_start_offset": res.log_start_offset,
+                "aborted_transactions": None, "preferred_read_replica": -1,
+                "records": bytes(res.records) if size else b"",
+            })
+        out.append(entry)
+    return out, total
+
+
+@handler(1, "Fetch", 4, 15)
+async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    by_id = ctx.api_version >= 13
+    max_wait_s = max(0.0, req.max_wait.total_seconds())
+    deadline = time.monotonic() + max_wait_s
+    keys = []
+    for ft in req.topics:
+        t = b.topic_by_id(ft.topic_id) if by_id else b.topic(ft.topic)
+        if t is not None:
+            keys += [(t.name, fp.partition) for fp in ft.partitions]
+    while True:
+        responses, total = await _read_once(ctx, req, by_id)
+        left = deadline - time.monotonic()
+        if total >= max(1, int(req.min_bytes)) or left <= 0 or b.stopping or not keys:
+            break
+        await b.notifier.wait(keys, left)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -1,0 +1,92 @@
+"""Metadata and DescribeCluster: brokers, topics, partitions and their leaders."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kcli.broker.broker import INTERNAL_TOPICS
+from kcli.broker.dispatch import RequestContext, handler
+from kcli.protocol.errors import BrokerError
+
+log = logging.getLogger("kcli.broker.metadata")
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+INVALID_TOPIC_EXCEPTION = 17
+UNKNOWN_TOPIC_ID = 100
+AUTHORIZED_OPS_OMITTED = -2147483648
+
+
+def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
+    b = ctx.broker
+    return [{"node_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack}]
+
+
+def topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
+    b = ctx.broker
+    t = b.topic(name)
+    assert t is not None
+    leader_for = b.diskless.leader_for_client if (b.diskless is not None and b.is_diskless(t)) else None
+    parts = []
+    for p in b.visible_partitions(t):
+        leader = leader_for(ctx.client_id, p) if leader_for else p.leader
+        parts.append({
+            "error_code": 0, "partition_index": p.partition, "leader_id": leader,
+            "leader_epoch": p.leader_epoch, "replica_nodes": p.replicas, "isr_nodes": p.isr,
+            "offline_replicas": [],
+        })
+    return {"error_code": 0, "name": name, "topic_id": t.topic_id, "is_internal": name in INTERNAL_TOPICS,
+            "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+
+
+@handler(3, "Metadata", 0, 12)
+async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    requested = req.topics
+    if requested is None or (ctx.api_version == 0 and len(requested) == 0):
+        names = sorted(b.state.topics)
+        topics = [topic_entry(ctx, n) for n in names]
+    else:
+        topics = []
+        auto = b.config.get_bool("auto.create.topics.enable") and getattr(req, "allow_auto_topic_creation", True)
+        for rt in requested:
+            name = rt.name
+            if name is None and getattr(rt, "topic_id", None) is not None:
+                t = b.topic_by_id(rt.topic_id)
+                if t is None:
+                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id, "partitions": []})
+                    continue
+                name = t.name
+            if b.topic(name) is None:
+                if auto and name not in INTERNAL_TOPICS:
+                    try:
+                        b.create_topic(name, -1, -1, {})
+                        # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created.
+                        topics.append({**topic_entry(ctx, name), "error_code": LEADER_NOT_AVAILABLE})
+                        continue
+                    except BrokerError as err:
+                        topics.append({"error_code": err.code, "name": name, "partitions": []})
+                        continue
+                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+                continue
+            topics.append(topic_entry(ctx, name))
+    return {
+        "throttle_time": 0,
+        "brokers": broker_entries(ctx),
+        "cluster_id": b.cluster_id,
+        "controller_id": b.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+    }
+
+
+@handler(60, "DescribeCluster", 0, 1)
+async def describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    return {
+        "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+        "cluster_id": b.cluster_id, "controller_id": b.node_id,
+        "brokers": [{"broker_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack}],
+        "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+    }

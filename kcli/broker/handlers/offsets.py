@@ -1,0 +1,64 @@
+"""ListOffsets and DeleteRecords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcli.broker.dispatch import RequestContext, handler
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_OUT_OF_RANGE = 1
+UNSUPPORTED_VERSION = 35
+
+
+@handler(2, "ListOffsets", 1, 9)
+async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    topics = []
+    for rt in req.topics:
+        t = b.topic(rt.name)
+        parts = []
+        for rp in rt.partitions:
+            idx = rp.partition_index
+            if t is None or idx not in t.partitions:
+                parts.append({"partition_index": idx, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            try:
+                offset, ts = await b.list_offset(t, idx, int(rp.timestamp))
+            except Exception as err:
+                code = getattr(err, "code", None)
+                if code is None:
+                    raise
+                parts.append({"partition_index": idx, "error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            parts.append({"partition_index": idx, "error_code": 0, "timestamp": ts, "offset": offset,
+                          "leader_epoch": t.partitions[idx].leader_epoch if offset >= 0 else -1,
+                          "old_style_offsets": [offset]})
+        topics.append({"name": rt.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@handler(21, "DeleteRecords", 0, 2)
+async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    topics = []
+    for rt in req.topics:
+        t = b.topic(rt.name)
+        parts = []
+        for rp in rt.partitions:
+            idx = rp.partition_index
+            if t is None or idx not in t.partitions:
+                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                continue
+            try:
+                low = await b.delete_records(t, idx, int(rp.offset))
+            except Exception as err:
+                code = getattr(err, "code", None)
+                if code is None:
+                    raise
+                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": code})
+                continue
+            parts.append({"partition_index": idx, "low_watermark": low, "error_code": 0})
+        topics.append({"name": rt.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,117 @@
+"""Produce: append producer batches byte-for-byte, group-commit fsync for acks=all.
+
+Appends to classic logs happen synchronously before the handler first awaits, so the
+order of requests on a connection is the order batches land in a partition — the
+property idempotent producers with several in-flight requests depend on.
+Diskless partitions are handed to the diskless appender and answered when their WAL
+object is committed; a request mixing both kinds waits for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kcli.broker.broker import now_ms
+from kcli.broker.dispatch import RequestContext, handler
+from kcli.broker.metadata_log import MODE_READ_ONLY
+from kcli.protocol.errors import PARTITION_READ_ONLY, BrokerError
+
+log = logging.getLogger("kcli.broker.produce")
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+CORRUPT_MESSAGE = 2
+INVALID_REQUIRED_ACKS = 21
+KAFKA_STORAGE_ERROR = 56
+INVALID_RECORD = 87
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NOT_ENOUGH_REPLICAS = 19
+INVALID_TXN_STATE = 48
+
+
+def _error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
+    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": -1,
+            "log_start_offset": -1, "record_errors": [], "error_message": message}
+
+
+@handler(0, "Produce", 3, 11)
+async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+    b = ctx.broker
+    acks = int(req.acks)
+    now = now_ms()
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
+    touched: set[Any] = set()
+    order: list[tuple[str, list[int]]] = []
+    for td in req.topic_data:
+        name = td.name
+        order.append((name, [pd.index for pd in td.partition_data]))
+        t = b.topic(name)
+        for pd in td.partition_data:
+            key = (name, pd.index)
+            if acks not in (0, 1, -1):
+                results[key] = _error(pd.index, INVALID_REQUIRED_ACKS)
+                continue
+            if req.transactional_id is not None:
+                results[key] = _error(pd.index, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                      "transactions are not supported by kcli's broker")
+                continue
+            p = t.partitions.get(pd.index) if t is not None else None
+            if t is None or p is None:
+                results[key] = _error(pd.index, UNKNOWN_TOPIC_OR_PARTITION,
+                                      "This server does not host this topic-partition.")
+                continue
+            if p.mode == MODE_READ_ONLY:
+                results[key] = _error(pd.index, PARTITION_READ_ONLY,
+                                      f"Partition {name}-{pd.index} is being deleted (read-only) and takes no new records")
+                b.metrics.inc("produce.rejected.read_only")
+                continue
+            records = pd.records
+            if not records:
+                results[key] = _error(pd.index, CORRUPT_MESSAGE, "empty records")
+                continue
+            if b.is_diskless(t):
+                pending[key] = b.diskless.append(t, pd.index, records)
+                continue
+            lg = b.get_log(name, pd.index)
+            if lg is None:
+                results[key] = _error(pd.index, UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            log_append = b.topic_config_value(t, "message.timestamp.type") == "LogAppendTime"
+            try:
+                res = lg.append(records, now_ms=now, log_append_time=log_append, leader_epoch=p.leader_epoch)
+            except Exception as err:
+                code = getattr(err, "code", None)
+                if code is None:
+                    log.exception("append to %s-%d failed", name, pd.index)
+                    code = KAFKA_STORAGE_ERROR
+                results[key] = _error(pd.index, code, str(err) or None)
+                continue
+            touched.add(lg)
+            b.notifier.notify(name, pd.index)
+            results[key] = {"index": pd.index, "error_code": 0, "base_offset": res.base_offset,
+                            "log_append_time": res.log_append_time, "log_start_offset": res.log_start_offset,
+                            "record_errors": [], "error_message": None}
+    if touched and acks == -1 and b.config.get_bool("log.flush.fsync.acks.all"):
+        try:
+            await b.flusher.flush(touched)
+        except OSError as err:
+            log.error("fsync failed: %s", err)
+            for key, r in results.items():
+                if r["error_code"] == 0:
+                    results[key] = _error(key[1], KAFKA_STORAGE_ERROR, f"fsync failed: {err}")
+    for key, fut in pending.items():
+        try:
+            results[key] = await fut
+        except BrokerError as err:
+            results[key] = _error(key[1], err.code, err.message or None)
+    if acks == 0:
+        return None
+    return {
+        "responses": [
+            {"name": name, "partition_responses": [results[(name, idx)] for idx in idxs]}
+            for name, idxs in order
+        ],
+        "throttle_time": 0,
+    }

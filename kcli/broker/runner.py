@@ -1,0 +1,183 @@
+"""Running a broker: in the foreground (`kcli broker start`) or embedded in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from kcli.broker.broker import Broker, DataDirError
+from kcli.broker.broker_config import BrokerConfig, read_properties
+from kcli.broker.configs import ConfigError
+from kcli.errors import OperationError, UsageError
+
+
+def default_data_dir() -> Path:
+    """$KCLI_DATA_DIR, else $XDG_DATA_HOME/kcli/data, else ~/.local/share/kcli/data."""
+    env = os.environ.get("KCLI_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kcli" / "data"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
+    v = value.strip()
+    for scheme in ("PLAINTEXT://", "SASL_PLAINTEXT://"):
+        if v.upper().startswith(scheme):
+            v = v[len(scheme):]
+    if v.startswith("["):
+        host, _, rest = v[1:].partition("]")
+        port_s = rest.lstrip(":")
+    else:
+        host, sep, port_s = v.rpartition(":")
+        if not sep:
+            raise UsageError(f"--listen expects HOST:PORT, got {value!r}")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise UsageError(f"--listen expects HOST:PORT with a numeric port, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--listen port must be 0..65535, got {port}")
+    return host or "127.0.0.1", port
+
+
+def build_config(pairs: list[str], config_file: Path | None, extra: dict[str, str] | None = None) -> BrokerConfig:
+    values: dict[str, str] = {}
+    try:
+        if config_file is not None:
+            values.update(read_properties(config_file))
+        for pair in pairs:
+            if "=" not in pair:
+                raise UsageError(f"--config expects key=value, got {pair!r}")
+            k, v = pair.split("=", 1)
+            values[k.strip()] = v.strip()
+        values.update(extra or {})
+        return BrokerConfig(values)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    import ipaddress
+
+    return all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
+    """Serve until SIGINT/SIGTERM; print the listening line once connections are accepted."""
+    host, port = parse_listen(listen)
+    if not _is_loopback(host) and not config.get("sasl.enabled.mechanisms"):
+        sys.stderr.write(f"kcli: warning: listening on non-loopback address {host} without authentication\n")
+
+    async def main() -> None:
+        broker = Broker(data_dir, config, host, port)
+        try:
+            h, p = await broker.start()
+        except DataDirError as err:
+            raise OperationError(str(err)) from None
+        except OSError as err:
+            await broker.close()
+            raise OperationError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await broker.close()
+
+    asyncio.run(main())
+    return 0
+
+
+class EmbeddedBroker:
+    """A broker on its own event loop thread, for the duration of a ``with`` block."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig | None = None, listen: str = "127.0.0.1:0") -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config or BrokerConfig()
+        self.host, self.port = parse_listen(listen)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._broker: Broker | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.bootstrap = ""
+
+    def __enter__(self) -> str:
+        self._thread = threading.Thread(target=self._run, name="kcli-embedded-broker", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            if isinstance(self._error, DataDirError):
+                raise OperationError(str(self._error))
+            raise self._error
+        return self.bootstrap
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as err:  # surfaced to __enter__
+            self._error = self._error or err
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        self._broker = Broker(self.data_dir, self.config, self.host, self.port)
+        try:
+            h, p = await self._broker.start()
+        except BaseException as err:
+            self._error = err
+            self._ready.set()
+            return
+        self.bootstrap = f"{h}:{p}"
+        self._ready.set()
+        await self._stop.wait()
+        await self._broker.close()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def running_broker_address(data_dir: Path) -> str | None:
+    """host:port of a live broker serving ``data_dir``, from its runtime file, else None."""
+    import json
+
+    info_path = Path(data_dir) / "broker.json"
+    try:
+        info = json.loads(info_path.read_text())
+        pid = int(info["pid"])
+        os.kill(pid, 0)
+        with socket.create_connection((info["host"], int(info["port"])), timeout=1):
+            pass
+        return f"{info['host']}:{info['port']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )

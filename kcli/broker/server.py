@@ -1,0 +1,162 @@
+"""The socket side of the broker: Kafka framing, per-connection ordering, dispatch.
+
+Requests on one connection run concurrently (so acks=all produces can share one fsync) but
+their responses are written strictly in request order, which is what Kafka clients rely on.
+A frame that cannot be parsed closes that connection only; the broker keeps serving others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from kcli.broker.dispatch import HANDLERS, ConnectionState, RequestContext, load_all_handlers
+from kcli.protocol import codec
+from kcli.protocol.codec import ProtocolError
+from kcli.protocol.errors import BrokerError
+
+if TYPE_CHECKING:
+    from kcli.broker.broker import Broker
+
+log = logging.getLogger("kcli.broker.server")
+
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+# Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
+PRE_AUTH_APIS = frozenset({18, 17, 36})
+
+
+class KafkaServer:
+    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self.max_request_size = broker.config.get_int("socket.request.max.bytes")
+        load_all_handlers()
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(
+            self._serve_connection, self.host, self.port, limit=1 << 20, reuse_address=True
+        )
+        sock = self._server.sockets[0]
+        host, port = sock.getsockname()[:2]
+        self.host, self.port = host, port
+        return host, port
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), then drop connections."""
+        if self._server is not None:
+            self._server.close()
+        if self._connections:
+            _done, pending = await asyncio.wait(self._connections, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer_info = writer.get_extra_info("peername")
+        peer = f"{peer_info[0]}:{peer_info[1]}" if peer_info else "?"
+        conn = ConnectionState(peer=peer, authenticated=not self.broker.sasl_enabled)
+        responses: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
+        sender = asyncio.create_task(self._send_in_order(responses, writer, peer))
+        try:
+            while not self.broker.stopping:
+                try:
+                    size_bytes = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                (size,) = struct.unpack(">i", size_bytes)
+                if size <= 0 or size > self.max_request_size:
+                    log.warning("closing %s: request size %d outside 1..%d", peer, size, self.max_request_size)
+                    break
+                try:
+                    frame = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                try:
+                    work = self._prepare(frame, conn)
+                except ProtocolError as err:
+                    log.warning("closing %s: malformed request: %s", peer, err)
+                    break
+                if work is None:
+                    break
+                await responses.put(asyncio.create_task(work))
+                if self.broker.stopping:
+                    break
+        finally:
+            await responses.put(None)
+            try:
+                await asyncio.wait_for(sender, timeout=30)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                sender.cancel()
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except Exception:
+                pass
+            self._connections.discard(task)
+
+    async def _send_in_order(self, responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", writer: asyncio.StreamWriter, peer: str) -> None:
+        broken = False
+        while True:
+            task = await responses.get()
+            if task is None:
+                return
+            try:
+                data = await task
+            except Exception as err:  # a handler bug must not kill the broker
+                log.exception("request from %s failed: %s", peer, err)
+                data = None
+                broken = True
+            if broken:
+                # Answering later requests would break the client's ordering assumptions.
+                writer.close()
+                continue
+            if data:
+                try:
+                    writer.write(data)
+                    await writer.drain()
+                except (ConnectionError, RuntimeError):
+                    broken = True
+
+    def _prepare(self, frame: bytes, conn: ConnectionState) -> Any:
+        header, pos = codec.read_header(frame)
+        h = HANDLERS.get(header.api_key)
+        if h is None:
+            raise ProtocolError(f"unknown API key {header.api_key}")
+        if not h.min_version <= header.api_version <= h.max_version:
+            if header.api_key == API_VERSIONS_KEY:
+                return self._unsupported_api_versions(header)
+            raise ProtocolError(
+                f"{h.name} v{header.api_version} is not supported (versions {h.min_version}-{h.max_version})"
+            )
+        if not conn.authenticated and header.api_key not in PRE_AUTH_APIS:
+            raise ProtocolError(f"{h.name} before SASL authentication")
+        request = codec.decode_request(frame, header, pos)
+        ctx = RequestContext(self.broker, header, conn)
+        return self._run(h.fn, ctx, request)
+
+    async def _run(self, fn: Any, ctx: RequestContext, request: Any) -> bytes | None:
+        header = ctx.header
+        try:
+            body = await fn(ctx, request)
+        except BrokerError as err:
+            body = {"error_code": err.code, "error_message": err.message}
+        if body is None:
+            return None
+        return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+    async def _unsupported_api_versions(self, header: codec.RequestHeader) -> bytes:
+        # Kafka answers a too-new ApiVersions with a v0 body so the client can downgrade.
+        from kcli.broker.handlers.api_versions import supported_api_keys
+
+        body = {"error_code": UNSUPPORTED_VERSION, "api_keys": supported_api_keys()}
+        return codec.encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)

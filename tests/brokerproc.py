@@ -1,0 +1,90 @@
+"""A real kcli broker in a child process, for tests: start, restart, SIGTERM, SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, configs: dict[str, str] | None = None, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.configs = dict(configs or {})
+        self.extra_args = list(extra_args or [])
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        args = [sys.executable, "-m", "kcli", "broker", "start", "--data-dir", str(self.data_dir),
+                "--listen", f"{self.host}:{self.port}"]
+        for k, v in self.configs.items():
+            args += ["--config", f"{k}={v}"]
+        args += self.extra_args
+        env = dict(os.environ)
+        env.update(self.env or {})
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env)
+        deadline = time.monotonic() + timeout
+        line = b""
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if r:
+                line = self.proc.stdout.readline()
+                break
+            if self.proc.poll() is not None:
+                break
+        text = line.decode().strip()
+        if not text.startswith("kcli broker listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"broker did not start: {text!r}; log:\n{self.log_path.read_text()[-3000:]}")
+        hostport = text.rsplit(" ", 1)[1]
+        self.host, port = hostport.rsplit(":", 1)
+        self.port = int(port)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except OSError:
+            return ""
