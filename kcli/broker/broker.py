@@ -217,6 +217,7 @@ class Broker:
         if not self.state.cluster_id:
             cid = self.config.get_str("cluster.id") or _kafka_uuid_str(uuid.uuid4())
             self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
+        self._attach_extensions()
         await self._open_storage()
         self.server = KafkaServer(self, self.listen_host, self.listen_port)
         host, port = await self.server.start()
@@ -234,6 +235,28 @@ class Broker:
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
         return host, port
+
+    # (attribute, "module:Class", broker config that enables it or None for always)
+    EXTENSIONS = (
+        ("diskless", "kcli.diskless.engine:DisklessEngine", "diskless.system.enable"),
+        ("tiered", "kcli.tiered.manager:RemoteLogManager", "remote.log.storage.system.enable"),
+        ("partition_reducer", "kcli.broker.partition_reducer:PartitionReducer", None),
+    )
+
+    def _attach_extensions(self) -> None:
+        import importlib
+
+        for attr, target, flag in self.EXTENSIONS:
+            if flag is not None and not self.config.get_bool(flag):
+                continue
+            module_name, cls_name = target.split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as err:
+                if err.name == module_name:
+                    continue  # feature not built into this kcli
+                raise
+            setattr(self, attr, getattr(module, cls_name)(self))
 
     async def _open_storage(self) -> None:
         from kcli.broker.groups import GroupCoordinator
