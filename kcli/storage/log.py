@@ -1,0 +1,831 @@
+"""The on-disk log of one classic partition, laid out exactly as Apache Kafka lays it out.
+
+``<data_dir>/<topic>-<partition>/`` holds ``<20-digit base>.log`` segments of v2 record batches
+(byte-for-byte what the producer sent, with offsets and leader epoch assigned), their
+``.index`` / ``.timeindex`` files (see :mod:`kcli.storage.index`; written un-preallocated),
+and ``partition.metadata``. Two small files replace Kafka's log-dir-level checkpoints:
+``log-start-offset`` and ``recovery-point-offset`` (format: a version line ``0`` then the offset).
+
+Durability follows Kafka: appends go to the page cache with one ``os.write``; :meth:`flush`
+fsyncs what changed since the last flush and moves the recovery point. On open every
+segment's headers are walked (offsets, producer state, index check), and segments at or
+after the persisted recovery point also get a CRC check of every batch; a torn or corrupt
+tail is cut and any later segment deleted, as Kafka's LogLoader does.
+
+The high watermark is the log end offset (one replica). Not thread-safe except that
+:meth:`flush` may run in a worker thread while the owner keeps calling the other methods.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kcli.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatchError,
+    crc_is_valid,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from kcli.storage.errors import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    INVALID_REQUEST,
+    KAFKA_STORAGE_ERROR,
+    MESSAGE_TOO_LARGE,
+    RECORD_LIST_TOO_LARGE,
+    LogError,
+    OffsetOutOfRange,
+)
+from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
+from kcli.storage.log_config import LogConfig
+from kcli.storage.producer_state import ProducerStateManager
+from kcli.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    Placement,
+    Segment,
+    SegmentInfo,
+    iter_record_timestamps,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point-offset"
+PARTITION_METADATA_FILE = "partition.metadata"
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # fdatasync also persists the file size
+_NO_BOUND = 2**63
+
+
+class AppendOrigin(enum.Enum):
+    """Who is appending (Kafka's AppendOrigin): clients get the full produce checks; the
+    coordinator may write control batches and skips duplicate/sequence checks."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What a Produce response needs. For a duplicate, the original batch's offsets."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches from the one containing the fetch offset (empty at the log end)."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    next_offset: int  # the offset after the last returned batch (the fetch offset if empty)
+    segment_base_offset: int = -1  # where the bytes came from (for sendfile-style readers)
+    position: int = -1
+
+
+class PartitionLog:
+    """One partition's segments, offsets and producer state. Build with :meth:`open`."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.dir = directory
+        self._config = config
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._persisted_log_start: int | None = None
+        self._leo = 0
+        self._producers = ProducerStateManager()
+        self._lock = threading.RLock()
+        self._unflushed: dict[int, Segment] = {}
+        self._dir_dirty = False
+        self._recovery_point = 0
+        self._persisted_recovery_point = 0
+        self._closed = False
+
+    # ======================================================================================
+    # open / recovery
+    # ======================================================================================
+    @classmethod
+    def open(
+        cls, directory: Path | str, config: LogConfig | None = None, *, now_ms: int | None = None
+    ) -> "PartitionLog":
+        """Open (creating if needed) the partition directory and recover it."""
+        directory = Path(directory)
+        config = config or LogConfig()
+        now = _now_ms() if now_ms is None else now_ms
+        plog = cls(directory, config)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            plog._load(now)
+        except BaseException as exc:
+            plog._close_segments()
+            if isinstance(exc, OSError):
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot open log {directory}: {exc}") from exc
+            raise
+        return plog
+
+    def _load(self, now_ms: int) -> None:
+        bases = self._scan_directory()
+        persisted_start = _read_checkpoint(self.dir / LOG_START_OFFSET_FILE)
+        self._persisted_log_start = persisted_start
+        recovery_point = _read_checkpoint(self.dir / RECOVERY_POINT_FILE) or 0
+        replay = self._replay_batch
+        for i, base in enumerate(bases):
+            seg = Segment(self.dir, base, self._config, created_ms=now_ms, create=False)
+            if self._segments and base < self._segments[-1].next_offset:
+                seg.close()
+                raise LogError(
+                    KAFKA_STORAGE_ERROR,
+                    f"segment {base} overlaps the previous one ending at {self._segments[-1].next_offset}",
+                )
+            is_last = i == len(bases) - 1
+            check_crc = is_last or bases[i + 1] > recovery_point
+            result = seg.recover(check_crc=check_crc, on_batch=replay)
+            self._segments.append(seg)
+            self._bases.append(base)
+            if check_crc:
+                self._unflushed[base] = seg  # not known to be durable yet
+            if result.rebuilt_offset_index or result.rebuilt_time_index:
+                log.info("%s: rebuilt index of segment %d", self.dir, base)
+                self._dir_dirty = True
+            if result.truncated_bytes and not is_last:
+                for later in bases[i + 1 :]:
+                    log.warning("%s: deleting segment %d after a corrupt segment", self.dir, later)
+                    Segment(self.dir, later, self._config, created_ms=now_ms, create=False).delete_files()
+                break
+        if not self._segments:
+            self._add_segment(persisted_start or 0, now_ms)
+        self._leo = self._segments[-1].next_offset
+        if persisted_start is None:
+            self._log_start = self._segments[0].base_offset
+        elif persisted_start > self._leo:
+            log.warning(
+                "%s: log start %d is past the log end %d; deleting all segments", self.dir, persisted_start, self._leo
+            )
+            for seg in self._segments:
+                seg.delete_files()
+            self._segments, self._bases, self._unflushed = [], [], {}
+            self._producers.clear()
+            self._add_segment(persisted_start, now_ms)
+            self._leo = persisted_start
+            self._log_start = persisted_start
+        else:
+            self._log_start = persisted_start
+        # Segments wholly below the log start (a crash between checkpoint and delete).
+        self._delete_prefix(self._below_log_start(), now_ms, reason="below log start")
+        for seg in self._segments[:-1]:
+            seg.unload_indexes()
+        self._recovery_point = min(recovery_point, self._leo)
+        self._persisted_recovery_point = self._recovery_point
+
+    def _scan_directory(self) -> list[int]:
+        """Segment base offsets, after removing leftovers Kafka would also discard."""
+        logs: set[int] = set()
+        others: list[tuple[int, Path]] = []
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith(_STRAY_SUFFIXES):
+                path.unlink(missing_ok=True)
+                continue
+            m = _SEGMENT_FILE.match(name)
+            if not m:
+                continue
+            if m.group(2) == "log":
+                logs.add(int(m.group(1)))
+            else:
+                others.append((int(m.group(1)), path))
+        for base, path in others:
+            if base not in logs:  # an index without its log
+                path.unlink(missing_ok=True)
+        return sorted(logs)
+
+    def _replay_batch(self, h: BatchHeader) -> None:
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            self._producers.replay_marker(h.producer_id, h.producer_epoch, h.max_timestamp)
+        else:
+            self._producers.replay(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence,
+                h.base_offset,
+                h.last_offset,
+                h.max_timestamp,
+            )
+
+    # ======================================================================================
+    # properties
+    # ======================================================================================
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs; segment.index.bytes affects new segments only."""
+        with self._lock:
+            self._config = config
+            for seg in self._segments:
+                seg.index_interval = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """First offset still in local segments (> log start once tiered segments are gone)."""
+        return max(self._log_start, self._segments[0].base_offset) if self._segments else self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leo
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is fsynced."""
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producers
+
+    def segments(self) -> list[SegmentInfo]:
+        with self._lock:
+            last = len(self._segments) - 1
+            return [seg.info(is_active=i == last) for i, seg in enumerate(self._segments)]
+
+    @property
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    # ======================================================================================
+    # append
+    # ======================================================================================
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        now_ms: int,
+        log_append_time: bool = False,
+        leader_epoch: int = 0,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendResult:
+        """Validate, assign offsets to and write the batches of one Produce partition.
+
+        ``records`` is copied once into a bytearray that is patched in place (base offset,
+        leader epoch, LogAppendTime) and written with one ``os.write``; records are never
+        decoded. LogAppendTime applies if ``log_append_time`` or the topic's
+        message.timestamp.type says so. A retried idempotent batch returns the original
+        offsets with ``duplicate=True`` and writes nothing.
+        """
+        with self._lock:
+            self._check_open()
+            config = self._config
+            use_lat = log_append_time or config.log_append_time
+            client = origin is AppendOrigin.CLIENT
+            buf = bytearray(records)
+            total = len(buf)
+            if total == 0:
+                raise LogError(INVALID_RECORD, "the produce request has no record batch")
+            if total > config.segment_bytes:
+                raise LogError(
+                    RECORD_LIST_TOO_LARGE,
+                    f"{total} bytes of records exceed segment.bytes ({config.segment_bytes})",
+                )
+            max_message = config.max_message_bytes
+            next_offset = self._leo
+            placements: list[Placement] = []
+            producer_batches: list[tuple[BatchHeader, int, int, int]] = []
+            max_ts_all = NO_TIMESTAMP
+            pos = 0
+            while pos < total:
+                if total - pos < HEADER_SIZE:
+                    raise LogError(CORRUPT_MESSAGE, f"{total - pos} trailing bytes at position {pos} are not a batch")
+                try:
+                    h = read_header(buf, pos)
+                except InvalidBatchError as exc:
+                    raise LogError(CORRUPT_MESSAGE, str(exc)) from None
+                size = h.size
+                if pos + size > total:
+                    raise LogError(CORRUPT_MESSAGE, f"batch at position {pos} needs {size} bytes, {total - pos} remain")
+                if client and h.base_offset != 0:
+                    raise LogError(INVALID_RECORD, f"batch base offset must be 0 in a produce request, got {h.base_offset}")
+                if size > max_message:
+                    raise LogError(MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds max.message.bytes ({max_message})")
+                if not crc_is_valid(buf, h):
+                    raise LogError(CORRUPT_MESSAGE, f"batch at position {pos} fails its CRC-32C check")
+                _validate_batch_fields(h, client)
+                last_offset = next_offset + h.last_offset_delta
+                max_ts = now_ms if use_lat else h.max_timestamp
+                set_base_offset(buf, pos, next_offset)
+                set_partition_leader_epoch(buf, pos, leader_epoch)
+                if use_lat:
+                    set_log_append_time(buf, h, now_ms)
+                if h.producer_id >= 0:
+                    producer_batches.append((h, next_offset, last_offset, max_ts))
+                placements.append((pos, last_offset, size, max_ts))
+                if max_ts > max_ts_all:
+                    max_ts_all = max_ts
+                next_offset = last_offset + 1
+                pos += size
+
+            update = self._producers.begin(validate=client)
+            for h, first, last, ts in producer_batches:
+                if h.is_control:
+                    update.append_marker(h.producer_id, h.producer_epoch, ts)
+                    continue
+                duplicate = update.append(
+                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, first, last, ts
+                )
+                if duplicate is not None:
+                    return AppendResult(
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        duplicate.timestamp if use_lat else NO_TIMESTAMP,
+                        self._log_start,
+                        duplicate=True,
+                    )
+
+            seg = self._active
+            if self._should_roll(seg, total, max_ts_all, next_offset - 1, now_ms):
+                seg = self._roll(now_ms)
+            seg.append(buf, placements)
+            self._unflushed[seg.base_offset] = seg
+            update.commit()
+            base_offset = self._leo
+            self._leo = next_offset
+            return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
+
+    def _should_roll(self, seg: Segment, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll (an empty segment never rolls: it would be reborn
+        with the same base offset)."""
+        if seg.size == 0:
+            return False
+        config = self._config
+        return (
+            seg.size > config.segment_bytes - messages_size
+            or seg.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms
+            or seg.offset_index.is_full()
+            or seg.time_index.is_full()
+            or max_offset - seg.base_offset > INT32_MAX
+        )
+
+    def roll(self, now_ms: int | None = None) -> int:
+        """Force a new active segment at the log end (no-op if the active one is empty).
+        Returns the active segment's base offset."""
+        with self._lock:
+            self._check_open()
+            if self._active.size:
+                self._roll(_now_ms() if now_ms is None else now_ms)
+            return self._active.base_offset
+
+    def _roll(self, now_ms: int) -> Segment:
+        old = self._active
+        old.on_become_inactive()
+        new = self._add_segment(self._leo, now_ms)
+        old.unload_indexes()
+        return new
+
+    def _add_segment(self, base_offset: int, now_ms: int) -> Segment:
+        seg = Segment(self.dir, base_offset, self._config, created_ms=now_ms, create=True)
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        return seg
+
+    # ======================================================================================
+    # read
+    # ======================================================================================
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = True,
+        upper_bound: int | None = None,
+    ) -> ReadResult:
+        """Kafka fetch semantics for one segment's worth of whole batches.
+
+        Starts at the batch containing ``offset`` (found via the offset index), returns
+        whole batches up to ``max_bytes`` (at least one if ``min_one_batch``) that end
+        below ``upper_bound`` (exclusive; default the high watermark). ``offset`` equal to
+        the log end gives empty records; outside the local log raises OffsetOutOfRange.
+        """
+        with self._lock:
+            self._check_open()
+            if max_bytes < 0:
+                raise LogError(INVALID_REQUEST, f"max_bytes must be >= 0, got {max_bytes}")
+            leo = self._leo
+            if offset < self.local_log_start_offset or offset > leo:
+                raise self._out_of_range(offset)
+            bound = leo if upper_bound is None else min(upper_bound, leo)
+            if offset < bound:
+                i = bisect_right(self._bases, offset) - 1
+                for seg in self._segments[max(i, 0) :]:
+                    found = seg.read(offset, max_bytes, min_one_batch, bound)
+                    if found is not None:
+                        data, position, next_offset = found
+                        return ReadResult(
+                            data, leo, self._log_start, leo, next_offset, seg.base_offset, position
+                        )
+            return ReadResult(b"", leo, self._log_start, leo, offset)
+
+    def _out_of_range(self, offset: int) -> OffsetOutOfRange:
+        return OffsetOutOfRange(
+            offset,
+            log_start_offset=self._log_start,
+            local_log_start_offset=self.local_log_start_offset,
+            log_end_offset=self._leo,
+        )
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``
+        (Kafka's fetchOffsetByTimestamp over local segments), or None if there is none.
+
+        ListOffsets' special values are answered too, with timestamp -1 as Kafka does:
+        -1 latest (log end), -2 earliest (log start), -4 earliest local; -3 (max timestamp)
+        gives the record holding the largest timestamp and that timestamp.
+        """
+        with self._lock:
+            self._check_open()
+            if timestamp_ms == LATEST_TIMESTAMP:
+                return self._leo, NO_TIMESTAMP
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                return self._log_start, NO_TIMESTAMP
+            if timestamp_ms == EARLIEST_LOCAL_TIMESTAMP:
+                return self.local_log_start_offset, NO_TIMESTAMP
+            if timestamp_ms == MAX_TIMESTAMP:
+                return self._max_timestamp_offset()
+            if timestamp_ms < 0:
+                raise LogError(INVALID_REQUEST, f"unsupported ListOffsets timestamp {timestamp_ms}")
+            start = self.local_log_start_offset
+            for seg in self._segments:
+                if seg.max_timestamp >= timestamp_ms:
+                    found = seg.find_offset_by_timestamp(timestamp_ms, start)
+                    if found is not None:
+                        return found
+            return None
+
+    def _max_timestamp_offset(self) -> tuple[int, int] | None:
+        best: Segment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        found = best.find_batch(best.offset_of_max_timestamp)
+        if found is not None:
+            pos, header = found
+            for rec_offset, rec_ts in iter_record_timestamps(best.read_batch(pos, header.size)):
+                if rec_ts == best.max_timestamp:
+                    return rec_offset, rec_ts
+        return best.offset_of_max_timestamp, best.max_timestamp
+
+    # ======================================================================================
+    # retention and log start
+    # ======================================================================================
+    def delete_retention(self, now_ms: int) -> int:
+        """Kafka's deleteOldSegments: segments wholly below the log start, then the oldest
+        while the log exceeds retention.bytes, then those whose newest timestamp is older
+        than retention.ms (the last two only with cleanup.policy=delete). Only whole
+        segments below the high watermark; if every segment qualifies the log rolls first so
+        the active one can go too. Returns the number of segments deleted."""
+        with self._lock:
+            self._check_open()
+            deleted = self._delete_prefix(self._below_log_start(), now_ms, reason="below log start")
+            config = self._config
+            if not config.delete_enabled:
+                return deleted
+            if config.retention_bytes >= 0:
+                excess = self.size_in_bytes - config.retention_bytes
+
+                def size_breached(seg: Segment, _next: Segment | None) -> bool:
+                    nonlocal excess
+                    if excess - seg.size >= 0:
+                        excess -= seg.size
+                        return True
+                    return False
+
+                if excess > 0:
+                    deleted += self._delete_prefix(self._deletable(size_breached), now_ms, reason="retention.bytes")
+            if config.retention_ms >= 0:
+                retention_ms = config.retention_ms
+
+                def time_breached(seg: Segment, _next: Segment | None) -> bool:
+                    return now_ms - seg.largest_timestamp() > retention_ms
+
+                deleted += self._delete_prefix(self._deletable(time_breached), now_ms, reason="retention.ms")
+            return deleted
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start to ``offset`` (-1 = high watermark) and delete
+        the segments wholly below it. Returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if offset == -1:
+                offset = self.high_watermark
+            if offset < 0 or offset > self.high_watermark:
+                raise self._out_of_range(offset)
+            if offset > self._log_start:
+                self._set_log_start(offset)
+                self._delete_prefix(self._below_log_start(), _now_ms(), reason="delete records")
+            return self._log_start
+
+    def set_log_start_offset(self, offset: int) -> None:
+        """Set the log start (tiered storage: remote retention moved it, or a restored log
+        start below the local one). Local segments wholly below it are deleted."""
+        with self._lock:
+            self._check_open()
+            if offset < 0 or offset > self._leo:
+                raise self._out_of_range(offset)
+            if offset != self._log_start:
+                self._set_log_start(offset)
+            self._delete_prefix(self._below_log_start(), _now_ms(), reason="log start moved")
+
+    def delete_local_segments_below(self, offset: int) -> int:
+        """Delete local segments wholly below ``offset`` (already in the remote tier) without
+        moving the log start: only the local log start moves. Never the active segment."""
+        with self._lock:
+            self._check_open()
+
+            def below(seg: Segment, nxt: Segment | None) -> bool:
+                return nxt is not None and nxt.base_offset <= offset
+
+            return self._delete_prefix(self._deletable(below), _now_ms(), reason="tiered", move_log_start=False)
+
+    def _below_log_start(self) -> list[Segment]:
+        start = self._log_start
+        return self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= start)
+
+    def _deletable(self, predicate: Callable[[Segment, Segment | None], bool]) -> list[Segment]:
+        """Kafka's deletableSegments: the longest prefix matching ``predicate`` that is below
+        the high watermark, excluding an empty active segment."""
+        result: list[Segment] = []
+        segs = self._segments
+        hw = self.high_watermark
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            if hw >= upper and not (nxt is None and seg.size == 0) and predicate(seg, nxt):
+                result.append(seg)
+            else:
+                break
+        return result
+
+    def _delete_prefix(self, doomed: list[Segment], now_ms: int, *, reason: str, move_log_start: bool = True) -> int:
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(now_ms)
+        remaining_first = self._segments[len(doomed)].base_offset
+        if move_log_start and remaining_first > self._log_start:
+            self._set_log_start(remaining_first)  # checkpoint first: a crash then only leaves files to delete
+        elif self._persisted_log_start != self._log_start:
+            # Without a checkpoint, open would take the first local segment as the log start.
+            self._set_log_start(self._log_start)
+        for seg in doomed:
+            log.info("%s: deleting segment %d (%s)", self.dir, seg.base_offset, reason)
+            self._unflushed.pop(seg.base_offset, None)
+            seg.delete_files()
+        del self._segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        self._dir_dirty = True
+        return len(doomed)
+
+    def _set_log_start(self, offset: int) -> None:
+        _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)
+        self._log_start = self._persisted_log_start = offset
+
+    # ======================================================================================
+    # durability and lifecycle
+    # ======================================================================================
+    def flush(self) -> None:
+        """fsync everything appended before this call (segments written since the last
+        flush, and the directory after a roll or delete). Cheap when nothing changed; safe
+        to call from a worker thread (it fsyncs duplicated fds outside the lock)."""
+        with self._lock:
+            if self._closed or (not self._unflushed and not self._dir_dirty):
+                return
+            target = self._leo
+            segs = list(self._unflushed.values())
+            self._unflushed.clear()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            fds = [os.dup(seg.fd) for seg in segs]
+        try:
+            for fd in fds:
+                _fdatasync(fd)
+            if dir_dirty:
+                _fsync_dir(self.dir)
+        except OSError as exc:
+            with self._lock:
+                for seg in segs:
+                    if seg.fd >= 0:
+                        self._unflushed.setdefault(seg.base_offset, seg)
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise LogError(KAFKA_STORAGE_ERROR, f"fsync of {self.dir} failed: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if target > self._recovery_point:
+                self._recovery_point = target
+                # Persist once per segment: enough for open to skip CRC checks of older segments.
+                if not self._closed and self._persisted_recovery_point < self._active.base_offset <= target:
+                    self._persist_recovery_point()
+
+    def _persist_recovery_point(self) -> None:
+        _write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._persisted_recovery_point = self._recovery_point
+
+    def close(self) -> None:
+        """Seal the active segment's indexes, fsync, record the recovery point, close files."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._active.on_become_inactive()
+                self.flush()
+                self._recovery_point = self._leo
+                self._persist_recovery_point()
+            finally:
+                self._close_segments()
+                self._closed = True
+
+    def _close_segments(self) -> None:
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        with self._lock:
+            if not self._closed:
+                self._close_segments()
+                self._closed = True
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError(KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+
+    def __enter__(self) -> "PartitionLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.dir}, log_start={self._log_start}, log_end={self._leo}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+# ==========================================================================================
+# helpers
+# ==========================================================================================
+def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
+    """Kafka's LogValidator.validateBatch checks that need only the header."""
+    if h.records_count <= 0 or h.last_offset_delta < 0:
+        raise LogError(INVALID_RECORD, f"batch reports {h.records_count} records, last offset delta {h.last_offset_delta}")
+    if h.records_count != h.last_offset_delta + 1:
+        raise LogError(
+            INVALID_RECORD,
+            f"inconsistent batch: {h.records_count} records but last offset delta {h.last_offset_delta}",
+        )
+    if h.is_control and client:
+        raise LogError(INVALID_RECORD, "clients may not write control batches")
+    if h.producer_id >= 0:
+        if h.base_sequence < 0 and not h.is_control:
+            raise LogError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
+    elif h.is_transactional:
+        raise LogError(INVALID_RECORD, "transactional batch without a producer id")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read_checkpoint(path: Path) -> int | None:
+    """Read ``0\\n<offset>\\n``; a missing or unreadable file is None (the safe default)."""
+    try:
+        lines = path.read_text().split()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    if len(lines) != 2 or lines[0] != "0":
+        log.warning("ignoring malformed checkpoint %s", path)
+        return None
+    try:
+        value = int(lines[1])
+    except ValueError:
+        log.warning("ignoring malformed checkpoint %s", path)
+        return None
+    return value if value >= 0 else None
+
+
+def _write_checkpoint(path: Path, offset: int) -> None:
+    _atomic_write(path, f"0\n{offset}\n".encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise LogError(KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_partition_metadata(directory: Path | str, topic_id: uuid.UUID) -> Path:
+    """Write Kafka's ``partition.metadata`` (``version: 0`` / ``topic_id: <base64 uuid>``,
+    the id in Kafka's URL-safe unpadded base64)."""
+    path = Path(directory) / PARTITION_METADATA_FILE
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+    _atomic_write(path, f"version: 0\ntopic_id: {encoded}".encode())
+    return path
+
+
+def read_partition_metadata(directory: Path | str) -> uuid.UUID | None:
+    """The topic id from ``partition.metadata``, or None if the file is absent."""
+    path = Path(directory) / PARTITION_METADATA_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    fields = dict(re.split(r":\s+", line, maxsplit=1) for line in text.splitlines() if ":" in line)
+    if fields.get("version") != "0" or "topic_id" not in fields:
+        raise LogError(KAFKA_STORAGE_ERROR, f"malformed {path}")
+    try:
+        raw = base64.urlsafe_b64decode(fields["topic_id"] + "==")
+        return uuid.UUID(bytes=raw)
+    except ValueError as exc:
+        raise LogError(KAFKA_STORAGE_ERROR, f"malformed topic id in {path}") from exc
+
+
+__all__ = [
+    "AppendOrigin",
+    "AppendResult",
+    "PartitionLog",
+    "ReadResult",
+    "SegmentInfo",
+    "read_partition_metadata",
+    "write_partition_metadata",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "TIMEINDEX_SUFFIX",
+]
