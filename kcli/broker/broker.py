@@ -166,7 +166,10 @@ class Broker:
         self.partition_reducer: Any = None
         self.server: Any = None
         self.stopping = False
-        self.sasl_enabled = "PLAIN" in [m.upper() for m in config.get("sasl.enabled.mechanisms")]
+        from kcli.broker.sasl import authenticator_from_config
+
+        self.sasl = authenticator_from_config(config)  # ConfigError on a bad users file
+        self.sasl_enabled = self.sasl is not None
         self.advertised_host = host
         self.advertised_port = port
         self._lock_fd: int | None = None
@@ -289,6 +292,8 @@ class Broker:
         """Answer in-flight requests, stop tasks, flush every log, release the data dir."""
         self.stopping = True
         self.notifier.wake_all()
+        if self.groups is not None:
+            await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
         if self.server is not None:
             await self.server.stop()
         for t in self._tasks:
@@ -299,8 +304,6 @@ class Broker:
                 await hook.close()
             except Exception:  # pragma: no cover
                 log.exception("closing %s failed", hook)
-        if self.groups is not None:
-            await self.groups.close()
         for lg in self.logs.values():
             try:
                 lg.flush()
@@ -474,6 +477,9 @@ class Broker:
                               f"Topic currently has {current} partitions, which is higher than the requested {count}.")
         if count == current:
             raise BrokerError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        for hook in self.extensions:  # e.g. refused while a KIP-694 partition deletion is pending
+            if hasattr(hook, "validate_create_partitions"):
+                hook.validate_create_partitions(t, count)
         if validate_only:
             return
         start = max(t.partitions) + 1 if t.partitions else 0
@@ -492,6 +498,8 @@ class Broker:
         t = self.state.topics.get(name)
         if t is None:
             raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        for hook in self.extensions:
+            hook.validate_config_request(t, changes)
         sets = {k: v for k, v in changes.items() if v is not None}
         deletes = [k for k, v in changes.items() if v is None]
         for k in deletes:

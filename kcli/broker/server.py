@@ -13,6 +13,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from kcli.broker.dispatch import HANDLERS, ConnectionState, RequestContext, load_all_handlers
+from kcli.broker.handlers.sasl import CLOSE, RAW_TOKEN, raw_token
 from kcli.protocol import codec
 from kcli.protocol.codec import ProtocolError
 from kcli.protocol.errors import BrokerError
@@ -35,7 +36,9 @@ class KafkaServer:
         self.port = port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
+        self._readers: set[asyncio.Task[Any]] = set()
         self.max_request_size = broker.config.get_int("socket.request.max.bytes")
+        self.max_pre_auth_size = broker.config.get_int("sasl.server.max.receive.size")
         load_all_handlers()
 
     async def start(self) -> tuple[str, int]:
@@ -48,9 +51,11 @@ class KafkaServer:
         return host, port
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), then drop connections."""
+        """Stop accepting and reading; answer requests already read (bounded), then close."""
         if self._server is not None:
             self._server.close()
+        for reader_task in list(self._readers):
+            reader_task.cancel()
         if self._connections:
             _done, pending = await asyncio.wait(self._connections, timeout=grace_s)
             for task in pending:
@@ -67,31 +72,12 @@ class KafkaServer:
         conn = ConnectionState(peer=peer, authenticated=not self.broker.sasl_enabled)
         responses: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
         sender = asyncio.create_task(self._send_in_order(responses, writer, peer))
+        reading = asyncio.create_task(self._read_requests(reader, conn, responses, peer))
+        self._readers.add(reading)
         try:
-            while not self.broker.stopping:
-                try:
-                    size_bytes = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                (size,) = struct.unpack(">i", size_bytes)
-                if size <= 0 or size > self.max_request_size:
-                    log.warning("closing %s: request size %d outside 1..%d", peer, size, self.max_request_size)
-                    break
-                try:
-                    frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                try:
-                    work = self._prepare(frame, conn)
-                except ProtocolError as err:
-                    log.warning("closing %s: malformed request: %s", peer, err)
-                    break
-                if work is None:
-                    break
-                await responses.put(asyncio.create_task(work))
-                if self.broker.stopping:
-                    break
+            await asyncio.gather(reading, return_exceptions=True)
         finally:
+            self._readers.discard(reading)
             await responses.put(None)
             try:
                 await asyncio.wait_for(sender, timeout=30)
@@ -103,6 +89,29 @@ class KafkaServer:
             except Exception:
                 pass
             self._connections.discard(task)
+
+    async def _read_requests(self, reader: asyncio.StreamReader, conn: ConnectionState,
+                             responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", peer: str) -> None:
+        """Read frames and start their handlers until EOF, a bad frame, or shutdown."""
+        while not self.broker.stopping:
+            try:
+                size_bytes = await reader.readexactly(4)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            (size,) = struct.unpack(">i", size_bytes)
+            if size <= 0 or size > self.max_request_size:
+                log.warning("closing %s: request size %d outside 1..%d", peer, size, self.max_request_size)
+                return
+            try:
+                frame = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            try:
+                work = self._prepare(frame, conn)
+            except ProtocolError as err:
+                log.warning("closing %s: malformed request: %s", peer, err)
+                return
+            await responses.put(asyncio.create_task(work))
 
     async def _send_in_order(self, responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", writer: asyncio.StreamWriter, peer: str) -> None:
         broken = False
@@ -141,6 +150,7 @@ class KafkaServer:
         if not conn.authenticated and header.api_key not in PRE_AUTH_APIS:
             raise ProtocolError(f"{h.name} before SASL authentication")
         request = codec.decode_request(frame, header, pos)
+        conn.extra.setdefault("api_keys", set()).add(header.api_key)  # which APIs a connection used (KIP-694 views)
         ctx = RequestContext(self.broker, header, conn)
         return self._run(h.fn, ctx, request)
 

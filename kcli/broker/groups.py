@@ -1,0 +1,1402 @@
+"""Classic consumer-group coordinator (Kafka's GroupCoordinator / ClassicGroup) and offset store.
+
+The state machine mirrors Kafka's so real clients see the same answers: Empty →
+PreparingRebalance → CompletingRebalance → Stable, Dead when deleted; MEMBER_ID_REQUIRED on a
+first JoinGroup v4+; the initial-rebalance delay (InitialDelayedJoin) for a rebalance that
+starts from Empty; members that fail to rejoin within the rebalance timeout, miss their
+session timeout or never send SyncGroup are dropped. Everything runs on the broker's event
+loop, so state changes between two ``await``s are atomic and need no locks; delayed
+operations are loop timers.
+
+Group membership lives only in memory (clients rejoin after a restart). Committed offsets are
+durable: ``<data_dir>/__consumer_offsets/offsets.log`` holds one ``<crc32c hex> <json>`` line
+per record, fsynced before a commit is answered (concurrent commits share one fsync), replayed
+at start and compacted when it is mostly superseded records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from crc32c import crc32c
+
+log = logging.getLogger("kcli.broker.groups")
+
+# Kafka error codes the coordinator answers with.
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+# Group states, spelled as Kafka reports them in ListGroups / DescribeGroups.
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+STATES = (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD)
+
+# Which states may precede each state (Kafka's ClassicGroupState.validPreviousStates).
+_VALID_PREVIOUS = {
+    DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
+    COMPLETING_REBALANCE: {PREPARING_REBALANCE},
+    STABLE: {COMPLETING_REBALANCE},
+    PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
+    EMPTY: {PREPARING_REBALANCE},
+}
+
+# Kafka's classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after
+# this long, since a client that gave up and retried would otherwise leave a ghost member.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+# Kafka's offset.metadata.max.bytes default.
+OFFSET_METADATA_MAX_BYTES = 4096
+# What DescribeGroups reports for include_authorized_operations with no authorizer:
+# READ(3), DELETE(6), DESCRIBE(8).
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+_DEFAULTS = {
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
+    "offset.metadata.max.bytes": OFFSET_METADATA_MAX_BYTES,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---- results handed to the API handlers --------------------------------------------------------
+
+
+@dataclass
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = 0
+
+
+@dataclass
+class JoinMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass
+class JoinResult:
+    error: int
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: list[JoinMember] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+@dataclass
+class SyncResult:
+    error: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool = True
+    supports_skip_assignment: bool = True
+    reason: str | None = None
+
+
+def _join_error(member_id: str, error: int) -> JoinResult:
+    return JoinResult(error=error, member_id=member_id)
+
+
+# ---- group state -------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    is_new: bool = False
+    join_future: asyncio.Future[JoinResult] | None = None
+    sync_future: asyncio.Future[SyncResult] | None = None
+    heartbeat_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_future is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_future is not None
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise KeyError(protocol)
+
+    def metadata_or_empty(self, protocol: str | None) -> bytes:
+        if protocol is None:
+            return b""
+        try:
+            return self.metadata(protocol)
+        except KeyError:
+            return b""
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return self.protocols == protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        for name in self.protocol_names():
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+    def has_satisfied_heartbeat(self) -> bool:
+        # A timer that fires means no heartbeat came in time; members parked in a rebalance
+        # are excused, except new ones (Kafka expires those while they wait to join).
+        if self.is_new:
+            return False
+        return self.awaiting_join or self.awaiting_sync
+
+
+class Group:
+    """One classic group's membership and generation (Kafka's ClassicGroup)."""
+
+    def __init__(self, group_id: str, protocol_type: str | None = None) -> None:
+        self.group_id = group_id
+        self.state = EMPTY
+        self.previous_state: str | None = None
+        self.state_timestamp_ms = _now_ms()
+        self.generation_id = 0
+        self.protocol_type: str | None = protocol_type or None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}
+        self.pending_members: dict[str, asyncio.TimerHandle | None] = {}
+        self.pending_sync_members: set[str] = set()
+        self.new_member_added = False
+        self.join_timer: asyncio.TimerHandle | None = None
+        self.sync_timer: asyncio.TimerHandle | None = None
+
+    # state
+    def transition(self, target: str) -> None:
+        if self.state not in _VALID_PREVIOUS[target]:
+            raise RuntimeError(f"group {self.group_id}: illegal transition {self.state} -> {target}")
+        self.previous_state = self.state
+        self.state = target
+        self.state_timestamp_ms = _now_ms()
+
+    def can_rebalance(self) -> bool:
+        return self.state in _VALID_PREVIOUS[PREPARING_REBALANCE]
+
+    # membership
+    def add(self, member: Member, join_future: asyncio.Future[JoinResult] | None) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        member.join_future = join_future
+        timer = self.pending_members.pop(member.member_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+            member.heartbeat_timer = None
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def remove_pending(self, member_id: str) -> None:
+        timer = self.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+        member = self.members.pop(old_id)
+        # Fence whoever still waits under the old id: a duplicate instance must shut down.
+        _answer_join(member, JoinResult(error=FENCED_INSTANCE_ID, member_id=old_id))
+        _answer_sync(member, SyncResult(error=FENCED_INSTANCE_ID))
+        member.member_id = new_id
+        self.members[new_id] = member
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        if old_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_id)
+            self.pending_sync_members.add(new_id)
+        self.static_members[instance_id] = new_id
+        return member
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> int:
+        if instance_id is not None:
+            existing = self.static_members.get(instance_id)
+            if existing is None:
+                return UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                return FENCED_INSTANCE_ID
+            return NONE
+        return NONE if member_id in self.members else UNKNOWN_MEMBER_ID
+
+    def has_all_members_joined(self) -> bool:
+        return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
+
+    def not_yet_rejoined(self) -> list[Member]:
+        return [m for m in self.members.values() if not m.awaiting_join]
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    # protocols
+    def candidate_protocols(self) -> set[str]:
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            for name in set(m.protocol_names()):
+                counts[name] = counts.get(name, 0) + 1
+        return {name for name, n in counts.items() if n == len(self.members)}
+
+    def supports_protocols(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if self.state == EMPTY:
+            return bool(protocol_type) and bool(protocols)
+        candidates = self.candidate_protocols()
+        return self.protocol_type == protocol_type and any(name in candidates for name, _ in protocols)
+
+    def select_protocol(self) -> str:
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = m.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.awaiting_join:
+            return True
+        for m in self.members.values():
+            if m.awaiting_join:
+                self.leader_id = m.member_id
+                return True
+        self.leader_id = None
+        return False
+
+    def init_next_generation(self) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.transition(COMPLETING_REBALANCE)
+        else:
+            self.protocol_name = None
+            self.transition(EMPTY)
+        self.pending_sync_members.clear()
+
+    def current_member_metadata(self) -> list[JoinMember]:
+        if self.protocol_name is None:
+            raise RuntimeError(f"group {self.group_id} has no protocol selected")
+        return [JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                for m in self.members.values()]
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to (consumer protocol only), or None when unknown."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            parsed = parse_consumer_subscription(m.metadata(self.protocol_name))
+            if parsed is None:
+                return None
+            topics.update(parsed)
+        return topics
+
+
+def parse_consumer_subscription(data: bytes) -> list[str] | None:
+    """Topic names from a ConsumerProtocolSubscription (every version starts the same way)."""
+    try:
+        pos = 2  # int16 version
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        topics = []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if n < 0 or pos + n > len(data):
+                return None
+            topics.append(data[pos:pos + n].decode("utf-8"))
+            pos += n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _answer_join(member: Member, result: JoinResult) -> bool:
+    fut, member.join_future = member.join_future, None
+    if fut is None:
+        return False
+    if not fut.done():
+        fut.set_result(result)
+    return True
+
+
+def _answer_sync(member: Member, result: SyncResult) -> bool:
+    fut, member.sync_future = member.sync_future, None
+    if fut is None:
+        return False
+    if not fut.done():
+        fut.set_result(result)
+    return True
+
+
+# ---- durable offsets ---------------------------------------------------------------------------
+
+
+class OffsetStoreError(Exception):
+    """The offsets log cannot be read or written."""
+
+
+def _encode(rec: dict[str, Any]) -> bytes:
+    payload = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode()
+    return b"%08x " % crc32c(payload) + payload + b"\n"
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        crc_hex, payload = line.split(b" ", 1)
+        if int(crc_hex, 16) != crc32c(payload):
+            return None
+        rec = json.loads(payload)
+        return rec if isinstance(rec, dict) else None
+    except (ValueError, json.JSONDecodeError):
+        return None
+
+
+class OffsetStore:
+    """Committed offsets per group, backed by an append-only fsynced log.
+
+    A commit becomes visible only after its record is on disk, so a commit that was answered
+    survives kill -9. Deletions (group, topic, expired offsets) take effect at once and are
+    written behind: losing one in a crash only brings back offsets nobody can use.
+    """
+
+    def __init__(self, directory: Path, compact_min_lines: int = 10000) -> None:
+        self.dir = Path(directory)
+        self.path = self.dir / "offsets.log"
+        self.compact_min_lines = compact_min_lines
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self.protocol_types: dict[str, str] = {}
+        self.lines = 0
+        self.compactions = 0
+        self._next_check = 0
+        self._fd: int | None = None
+        self._size = 0
+        self._io_lock = threading.Lock()
+        self._pending: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- lifecycle
+    def open(self) -> None:
+        created = not self.dir.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if created:
+            _fsync_dir(self.dir.parent)
+        if self.path.exists():
+            self._replay()
+        existed = self.path.exists()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if not existed:
+            _fsync_dir(self.dir)
+        self._size = os.fstat(self._fd).st_size
+        if self._should_compact():
+            self._rewrite(self._snapshot())
+
+    def _replay(self) -> None:
+        data = self.path.read_bytes()
+        pos = good_end = 0
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break  # torn tail
+            line = data[pos:nl]
+            if line:
+                rec = _decode(line)
+                if rec is None:
+                    break  # like Kafka's log recovery: stop at the first invalid record
+                self._apply(rec)
+                self.lines += 1
+            pos = good_end = nl + 1
+        if good_end < len(data):
+            log.warning("offsets log %s: dropping %d bytes after the last valid record at byte %d",
+                        self.path, len(data) - good_end, good_end)
+            with open(self.path, "r+b") as f:
+                f.truncate(good_end)
+                os.fsync(f.fileno())
+
+    async def close(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            try:
+                await asyncio.shield(self._flusher)
+            except Exception:
+                log.exception("offsets log %s: flush failed", self.path)
+        if self._pending:  # written behind without a running flusher
+            self._write_batch(self._take_pending())
+        with self._io_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    # -- reading
+    def group_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        return self.offsets.get(group_id, {})
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self.offsets.get(group_id))
+
+    def live_records(self) -> int:
+        return sum(len(v) for v in self.offsets.values()) + len(self.protocol_types)
+
+    # -- writing
+    async def append(self, records: list[dict[str, Any]]) -> None:
+        """Make ``records`` durable, then apply them; raises OffsetStoreError on I/O failure."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((records, fut))
+        self._kick()
+        await fut
+
+    def append_behind(self, records: list[dict[str, Any]]) -> None:
+        """Apply ``records`` now and write them without waiting (deletions, metadata)."""
+        for rec in records:
+            self._apply(rec)
+        self._pending.append((records, None))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._write_batch(self._take_pending())
+            return
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    def _take_pending(self) -> list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]:
+        batch, self._pending = self._pending, []
+        return batch
+
+    async def _flush_loop(self) -> None:
+        while self._pending:
+            batch = self._take_pending()
+            try:
+                await asyncio.to_thread(self._write_batch_io, batch)
+            except Exception as err:  # OSError mostly; whatever it is, no commit may hang
+                log.error("offsets log %s: write failed: %s", self.path, err)
+                for _recs, fut in batch:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(OffsetStoreError(str(err)))
+                continue
+            self._after_write(batch)
+            if self._should_compact():
+                snapshot = self._snapshot()
+                try:
+                    await asyncio.to_thread(self._rewrite, snapshot)
+                except OSError as err:
+                    log.error("offsets log %s: compaction failed: %s", self.path, err)
+
+    def _write_batch(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
+        self._write_batch_io(batch)
+        self._after_write(batch)
+
+    def _write_batch_io(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
+        data = b"".join(_encode(rec) for recs, _ in batch for rec in recs)
+        if not data:
+            return
+        with self._io_lock:
+            if self._fd is None:
+                raise OSError("offsets log is closed")
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                os.fsync(self._fd)
+            except OSError:
+                try:  # do not leave a torn line that later appends would glue onto
+                    os.ftruncate(self._fd, self._size)
+                except OSError:
+                    pass
+                raise
+            self._size += len(data)
+
+    def _after_write(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
+        # Re-apply written-behind records too (they are idempotent) so memory ends in the same
+        # state a replay of the file gives, whatever was queued in between.
+        for recs, fut in batch:
+            self.lines += len(recs)
+            for rec in recs:
+                self._apply(rec)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    def _should_compact(self) -> bool:
+        # Counting live records walks every offset, so only count when the log has grown past
+        # the last count's threshold.
+        if self.lines <= max(self.compact_min_lines, self._next_check):
+            return False
+        live = self.live_records()
+        self._next_check = 2 * live
+        return self.lines > 2 * live
+
+    def _snapshot(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"type": "group", "group": g, "protocol_type": pt}
+                                     for g, pt in self.protocol_types.items()]
+        for g, offs in self.offsets.items():
+            for (t, p), om in offs.items():
+                out.append(_commit_record(g, t, p, om))
+        return out
+
+    def _rewrite(self, records: list[dict[str, Any]]) -> None:
+        tmp = self.dir / "offsets.log.compacting"
+        data = b"".join(_encode(r) for r in records)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        with self._io_lock:
+            os.replace(tmp, self.path)
+            _fsync_dir(self.dir)
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+            self._size = len(data)
+        self.lines = len(records)
+        self.compactions += 1
+        log.info("offsets log %s compacted to %d records", self.path, len(records))
+
+    # -- state
+    def _apply(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        if kind == "offset":
+            om = OffsetAndMetadata(int(rec["offset"]), int(rec.get("leader_epoch", -1)),
+                                   rec.get("metadata") or "", int(rec.get("commit_timestamp", 0)))
+            self.offsets.setdefault(rec["group"], {})[(rec["topic"], int(rec["partition"]))] = om
+        elif kind == "offset_delete":
+            offs = self.offsets.get(rec["group"])
+            if offs is not None:
+                offs.pop((rec["topic"], int(rec["partition"])), None)
+                if not offs:
+                    del self.offsets[rec["group"]]
+        elif kind == "group":
+            if rec.get("protocol_type"):
+                self.protocol_types[rec["group"]] = rec["protocol_type"]
+            else:
+                self.protocol_types.pop(rec["group"], None)
+        elif kind == "group_delete":
+            self.offsets.pop(rec["group"], None)
+            self.protocol_types.pop(rec["group"], None)
+        elif kind == "topic_delete":
+            topic = rec["topic"]
+            for g in list(self.offsets):
+                offs = self.offsets[g]
+                for tp in [tp for tp in offs if tp[0] == topic]:
+                    del offs[tp]
+                if not offs:
+                    del self.offsets[g]
+        else:
+            log.warning("offsets log %s: skipping unknown record type %r", self.path, kind)
+
+
+def _commit_record(group: str, topic: str, partition: int, om: OffsetAndMetadata) -> dict[str, Any]:
+    return {"type": "offset", "group": group, "topic": topic, "partition": partition,
+            "offset": om.offset, "leader_epoch": om.leader_epoch, "metadata": om.metadata,
+            "commit_timestamp": om.commit_timestamp_ms}
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---- the coordinator ---------------------------------------------------------------------------
+
+
+class GroupCoordinator:
+    """Kafka's classic group coordinator for one broker that coordinates every group."""
+
+    def __init__(self, data_dir: Path, config_get_int: Callable[[str], int]) -> None:
+        self.data_dir = Path(data_dir)
+        self._config_get_int = config_get_int
+        self.store = OffsetStore(self.data_dir / "__consumer_offsets")
+        self.groups: dict[str, Group] = {}
+        self.active = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cleanup_task: asyncio.Task[None] | None = None
+
+    def _cfg(self, name: str) -> int:
+        try:
+            return int(self._config_get_int(name))
+        except Exception:  # a name the broker config does not define (it may raise any type)
+            return _DEFAULTS[name]
+
+    # -- lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await asyncio.to_thread(self.store.open)
+        except OSError as err:
+            raise OffsetStoreError(f"cannot open offsets log in {self.store.dir}: {err}") from err
+        # Groups that only have offsets come back Empty, as Kafka loads them.
+        for gid in set(self.store.offsets) | set(self.store.protocol_types):
+            self.groups[gid] = Group(gid, self.store.protocol_types.get(gid))
+        self.active = True
+        self._cleanup_task = self._loop.create_task(self._cleanup_loop())
+
+    async def close(self) -> None:
+        self.active = False
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+            try:
+                await self._cleanup_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for group in self.groups.values():
+            self._unload(group)
+        await self.store.close()
+
+    def _unload(self, group: Group) -> None:
+        """Answer every parked request with NOT_COORDINATOR and stop the group's timers."""
+        for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+            if timer is not None:
+                timer.cancel()
+        for m in group.members.values():
+            if m.heartbeat_timer is not None:
+                m.heartbeat_timer.cancel()
+            _answer_join(m, _join_error(m.member_id, NOT_COORDINATOR))
+            _answer_sync(m, SyncResult(error=NOT_COORDINATOR))
+
+    # -- timers
+    def _call_later(self, delay_ms: float, fn: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
+        assert self._loop is not None, "coordinator not started"
+
+        def run() -> None:
+            if not self.active:
+                return
+            try:
+                fn(*args)
+            except Exception:  # a bug here must not kill the event loop's other work
+                log.exception("group coordinator timer %s failed", getattr(fn, "__name__", fn))
+
+        return self._loop.call_later(max(delay_ms, 0) / 1000.0, run)
+
+    def _reschedule_heartbeat(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+        member.heartbeat_timer = self._call_later(
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
+            self._expire_heartbeat, group, member.member_id)
+
+    def _expire_heartbeat(self, group: Group, member_id: str) -> None:
+        if group.state == DEAD:
+            return
+        if member_id in group.pending_members:
+            log.info("group %s: pending member %s expired", group.group_id, member_id)
+            group.remove_pending(member_id)
+            self._maybe_complete_join_phase(group)
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        member.heartbeat_timer = None
+        if not member.has_satisfied_heartbeat():
+            log.info("group %s: member %s failed its session timeout, removing it", group.group_id, member_id)
+            self._remove_member_and_update_group(group, member)
+
+    # -- rebalance machinery
+    def _maybe_prepare_rebalance_or_complete_join(self, group: Group) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        if group.state == COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        initial = group.state == EMPTY
+        group.transition(PREPARING_REBALANCE)
+        log.info("group %s: preparing to rebalance (old generation %d)", group.group_id, group.generation_id)
+        if initial:
+            delay = self._cfg("group.initial.rebalance.delay.ms")
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            self._set_join_timer(group, delay, self._initial_delay_expired, group, delay, remaining)
+        else:
+            self._maybe_complete_join_else_schedule(group)
+
+    def _set_join_timer(self, group: Group, delay_ms: int, fn: Callable[..., None], *args: Any) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        group.join_timer = self._call_later(delay_ms, fn, *args)
+
+    def _initial_delay_expired(self, group: Group, delay: int, remaining: int) -> None:
+        group.join_timer = None
+        if group.state != PREPARING_REBALANCE:
+            return
+        if group.new_member_added and remaining != 0:
+            group.new_member_added = False
+            new_delay = min(self._cfg("group.initial.rebalance.delay.ms"), remaining)
+            new_remaining = max(remaining - delay, 0)
+            self._set_join_timer(group, new_delay, self._initial_delay_expired, group, new_delay, new_remaining)
+        else:
+            self._complete_join(group)
+
+    def _maybe_complete_join_else_schedule(self, group: Group) -> None:
+        if group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            self._set_join_timer(group, group.rebalance_timeout_ms(), self._join_timeout, group)
+
+    def _join_timeout(self, group: Group) -> None:
+        group.join_timer = None
+        if group.state == PREPARING_REBALANCE:
+            self._complete_join(group)
+
+    def _maybe_complete_join_phase(self, group: Group) -> None:
+        if (group.state == PREPARING_REBALANCE and group.has_all_members_joined()
+                and group.previous_state != EMPTY):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        for m in group.not_yet_rejoined():
+            if m.group_instance_id is None:
+                log.info("group %s: member %s did not rejoin in time, removing it", group.group_id, m.member_id)
+                group.remove(m.member_id)
+                _answer_sync(m, SyncResult(error=UNKNOWN_MEMBER_ID))
+        if group.state == DEAD:
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members that have not rejoined are left: wait for them or their
+            # session timeout.
+            self._set_join_timer(group, group.rebalance_timeout_ms(), self._join_timeout, group)
+            return
+        group.new_member_added = False
+        group.init_next_generation()
+        if group.state == EMPTY:
+            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
+            return
+        if group.protocol_type and self.store.protocol_types.get(group.group_id) != group.protocol_type:
+            self.store.append_behind([{"type": "group", "group": group.group_id,
+                                       "protocol_type": group.protocol_type}])
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s", group.group_id,
+                 group.generation_id, len(group.members), group.protocol_name, group.leader_id)
+        leader_view = group.current_member_metadata()
+        for m in list(group.members.values()):
+            _answer_join(m, JoinResult(
+                error=NONE, member_id=m.member_id, generation_id=group.generation_id,
+                protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                leader=group.leader_id or "",
+                members=leader_view if group.is_leader(m.member_id) else [],
+            ))
+            self._reschedule_heartbeat(group, m)
+            m.is_new = False
+            group.pending_sync_members.add(m.member_id)
+        self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: Group) -> None:
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+        group.sync_timer = self._call_later(group.rebalance_timeout_ms(), self._expire_pending_sync,
+                                            group, group.generation_id)
+
+    def _expire_pending_sync(self, group: Group, generation_id: int) -> None:
+        group.sync_timer = None
+        if generation_id != group.generation_id or group.state not in (COMPLETING_REBALANCE, STABLE):
+            return
+        if not group.pending_sync_members:
+            return
+        missing = sorted(group.pending_sync_members)
+        log.info("group %s: members %s sent no SyncGroup in time, removing them", group.group_id, missing)
+        for member_id in missing:
+            m = group.remove(member_id)
+            if m is not None:
+                _answer_join(m, _join_error("", UNKNOWN_MEMBER_ID))
+                _answer_sync(m, SyncResult(error=UNKNOWN_MEMBER_ID))
+        self._prepare_rebalance(group)
+
+    def _reset_and_propagate_assignment_error(self, group: Group, error: int) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: Group, error: int) -> None:
+        for m in group.members.values():
+            result = SyncResult(error=error, assignment=m.assignment if error == NONE else b"",
+                                protocol_type=group.protocol_type, protocol_name=group.protocol_name)
+            if _answer_sync(m, result):
+                # Members parked in SyncGroup were excused from heartbeats: start their clock now.
+                self._reschedule_heartbeat(group, m)
+
+    def _remove_member_and_update_group(self, group: Group, member: Member) -> None:
+        # A new member may be parked in JoinGroup: answer it so the client retries.
+        _answer_join(member, _join_error("", UNKNOWN_MEMBER_ID))
+        _answer_sync(member, SyncResult(error=UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        if group.state in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(group)
+        elif group.state == PREPARING_REBALANCE:
+            self._maybe_complete_join_phase(group)
+
+    def _add_member_and_rebalance(self, group: Group, req: JoinRequest, member_id: str,
+                                  fut: asyncio.Future[JoinResult]) -> None:
+        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
+                        req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
+                        list(req.protocols), is_new=True)
+        if group.state == PREPARING_REBALANCE and group.previous_state == EMPTY:
+            group.new_member_added = True
+        group.add(member, fut)
+        self._reschedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance_or_complete_join(group)
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest,
+                                     fut: asyncio.Future[JoinResult]) -> None:
+        self._update_member(member, req, fut)
+        self._maybe_prepare_rebalance_or_complete_join(group)
+
+    @staticmethod
+    def _update_member(member: Member, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
+        member.protocols = list(req.protocols)
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_timeout_ms = req.session_timeout_ms
+        # Our connections answer in order, so a superseded parked JoinGroup must be answered.
+        _answer_join(member, _join_error(member.member_id, REBALANCE_IN_PROGRESS))
+        member.join_future = fut
+
+    def _new_member_id(self, req: JoinRequest) -> str:
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        return f"{prefix}-{uuid.uuid4()}"
+
+    # -- JoinGroup
+    async def join_group(self, req: JoinRequest) -> JoinResult:
+        """Handle JoinGroup; the answer may come after a rebalance delay (parked request)."""
+        assert self._loop is not None, "coordinator not started"
+        fut: asyncio.Future[JoinResult] = self._loop.create_future()
+        self._join(req, fut)
+        return await fut
+
+    def _join(self, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
+        if not req.group_id:
+            fut.set_result(_join_error(req.member_id, INVALID_GROUP_ID))
+            return
+        if not self.active:
+            fut.set_result(_join_error(req.member_id, COORDINATOR_NOT_AVAILABLE))
+            return
+        if not (self._cfg("group.min.session.timeout.ms") <= req.session_timeout_ms
+                <= self._cfg("group.max.session.timeout.ms")):
+            fut.set_result(_join_error(req.member_id, INVALID_SESSION_TIMEOUT))
+            return
+        unknown = req.member_id == ""
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if not unknown:
+                fut.set_result(_join_error(req.member_id, UNKNOWN_MEMBER_ID))
+                return
+            group = self.groups[req.group_id] = Group(req.group_id)
+        if unknown:
+            self._join_unknown_member(group, req, fut)
+        else:
+            self._join_existing_member(group, req, fut)
+        if group.state == PREPARING_REBALANCE:
+            self._maybe_complete_join_phase(group)
+
+    def _join_unknown_member(self, group: Group, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
+        if group.state == DEAD:
+            fut.set_result(_join_error("", COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(req.protocol_type, req.protocols):
+            fut.set_result(_join_error("", INCONSISTENT_GROUP_PROTOCOL))
+            return
+        new_id = self._new_member_id(req)
+        instance = req.group_instance_id
+        if instance is not None and instance in group.static_members:
+            self._rejoin_static_member(group, req, group.static_members[instance], new_id, fut)
+        elif instance is None and req.require_known_member_id:
+            # Hand out the id and wait for the client to come back with it (KIP-394).
+            group.pending_members[new_id] = self._call_later(
+                req.session_timeout_ms, self._expire_heartbeat, group, new_id)
+            fut.set_result(_join_error(new_id, MEMBER_ID_REQUIRED))
+        else:
+            self._add_member_and_rebalance(group, req, new_id, fut)
+
+    def _rejoin_static_member(self, group: Group, req: JoinRequest, old_id: str, new_id: str,
+                              fut: asyncio.Future[JoinResult]) -> None:
+        current_leader = group.leader_id or ""
+        member = group.replace_static_member(req.group_instance_id or "", old_id, new_id)
+        self._reschedule_heartbeat(group, member)
+        old_protocol = group.protocol_name
+        self._update_member(member, req, fut)
+        if group.state == STABLE:
+            if old_protocol == group.select_protocol():
+                # Same protocol: hand back the current generation without a rebalance.
+                if req.supports_skip_assignment:
+                    is_leader = group.is_leader(new_id)
+                    result = JoinResult(
+                        error=NONE, member_id=new_id, generation_id=group.generation_id,
+                        protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                        leader=group.leader_id or "",
+                        members=group.current_member_metadata() if is_leader else [],
+                        skip_assignment=is_leader)
+                else:
+                    # Older clients must not think they lead: they would compute an
+                    # assignment that a Stable group never distributes.
+                    result = JoinResult(
+                        error=NONE, member_id=new_id, generation_id=group.generation_id,
+                        protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                        leader=current_leader)
+                _answer_join(member, result)
+            else:
+                self._maybe_prepare_rebalance_or_complete_join(group)
+        elif group.state == COMPLETING_REBALANCE:
+            self._prepare_rebalance(group)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _join_existing_member(self, group: Group, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
+        member_id = req.member_id
+        if group.state == DEAD:
+            fut.set_result(_join_error(member_id, COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(req.protocol_type, req.protocols):
+            fut.set_result(_join_error(member_id, INCONSISTENT_GROUP_PROTOCOL))
+            return
+        if member_id in group.pending_members:
+            if req.group_instance_id is not None:
+                fut.set_result(_join_error(member_id, UNKNOWN_MEMBER_ID))
+                return
+            self._add_member_and_rebalance(group, req, member_id, fut)
+            return
+        err = group.validate_member(member_id, req.group_instance_id)
+        if err != NONE:
+            fut.set_result(_join_error(member_id, err))
+            return
+        member = group.members[member_id]
+        if group.state == PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, req, fut)
+        elif group.state == COMPLETING_REBALANCE:
+            if member.matches(req.protocols):
+                # The client missed the JoinGroup answer: repeat it for this generation.
+                fut.set_result(JoinResult(
+                    error=NONE, member_id=member_id, generation_id=group.generation_id,
+                    protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    members=group.current_member_metadata() if group.is_leader(member_id) else []))
+            else:
+                self._update_member_and_rebalance(group, member, req, fut)
+        elif group.state == STABLE:
+            if group.is_leader(member_id) or not member.matches(req.protocols):
+                # The leader rejoining asks for a new assignment (e.g. topic metadata changed).
+                self._update_member_and_rebalance(group, member, req, fut)
+            else:
+                fut.set_result(JoinResult(
+                    error=NONE, member_id=member_id, generation_id=group.generation_id,
+                    protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                    leader=group.leader_id or ""))
+        else:  # Empty: the member is stale
+            fut.set_result(_join_error(member_id, UNKNOWN_MEMBER_ID))
+
+    # -- SyncGroup
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None, protocol_type: str | None,
+                         protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        """Handle SyncGroup; followers wait until the leader's assignment arrives."""
+        assert self._loop is not None, "coordinator not started"
+        if not group_id:
+            return SyncResult(error=INVALID_GROUP_ID)
+        if not self.active:
+            return SyncResult(error=COORDINATOR_NOT_AVAILABLE)
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(error=UNKNOWN_MEMBER_ID)
+        if group.state == DEAD:
+            return SyncResult(error=COORDINATOR_NOT_AVAILABLE)
+        err = group.validate_member(member_id, group_instance_id)
+        if err != NONE:
+            return SyncResult(error=err)
+        if generation_id != group.generation_id:
+            return SyncResult(error=ILLEGAL_GENERATION)
+        if _inconsistent(protocol_type, group.protocol_type) or _inconsistent(protocol_name, group.protocol_name):
+            return SyncResult(error=INCONSISTENT_GROUP_PROTOCOL)
+        member = group.members[member_id]
+        if group.state == EMPTY:
+            return SyncResult(error=UNKNOWN_MEMBER_ID)
+        if group.state == PREPARING_REBALANCE:
+            return SyncResult(error=REBALANCE_IN_PROGRESS)
+        if group.state == STABLE:
+            group.pending_sync_members.discard(member_id)
+            self._reschedule_heartbeat(group, member)
+            return SyncResult(error=NONE, assignment=member.assignment,
+                              protocol_type=group.protocol_type, protocol_name=group.protocol_name)
+        # CompletingRebalance: park until the leader's assignment is in.
+        fut: asyncio.Future[SyncResult] = self._loop.create_future()
+        _answer_sync(member, SyncResult(error=REBALANCE_IN_PROGRESS))
+        member.sync_future = fut
+        group.pending_sync_members.discard(member_id)
+        if group.is_leader(member_id):
+            log.info("group %s: assignment received from leader %s for generation %d",
+                     group.group_id, member_id, group.generation_id)
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.transition(STABLE)
+            self._propagate_assignment(group, NONE)
+        return await fut
+
+    # -- Heartbeat
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None = None) -> int:
+        if not group_id:
+            return INVALID_GROUP_ID
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        err = group.validate_member(member_id, group_instance_id)
+        if err != NONE:
+            return err
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        if group.state == EMPTY:
+            return UNKNOWN_MEMBER_ID
+        self._reschedule_heartbeat(group, group.members[member_id])
+        if group.state == PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        # CompletingRebalance too: clients may heartbeat between JoinGroup and SyncGroup.
+        return NONE
+
+    # -- LeaveGroup
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[int, list[tuple[str, str | None, int]]]:
+        """Remove ``(member_id, group_instance_id)`` members; returns (top error, per member)."""
+        if not group_id:
+            return INVALID_GROUP_ID, []
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE, [(mid, iid, UNKNOWN_MEMBER_ID) for mid, iid in members]
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE, []
+        out: list[tuple[str, str | None, int]] = []
+        left = False
+        for member_id, instance_id in members:
+            if member_id == "":
+                # Administrative removal of a static member by its instance id.
+                target = group.static_members.get(instance_id) if instance_id is not None else None
+                if target is None:
+                    out.append((member_id, instance_id, UNKNOWN_MEMBER_ID))
+                    continue
+                self._remove_leaving_member(group, group.members[target])
+            elif member_id in group.pending_members:
+                group.remove_pending(member_id)
+            else:
+                err = group.validate_member(member_id, instance_id)
+                if err != NONE:
+                    out.append((member_id, instance_id, err))
+                    continue
+                self._remove_leaving_member(group, group.members[member_id])
+            log.info("group %s: member %s left", group.group_id, member_id or instance_id)
+            out.append((member_id, instance_id, NONE))
+            left = True
+        if left:
+            if group.state in (STABLE, COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(group)
+            elif group.state == PREPARING_REBALANCE:
+                self._maybe_complete_join_phase(group)
+        return NONE, out
+
+    @staticmethod
+    def _remove_leaving_member(group: Group, member: Member) -> None:
+        _answer_join(member, _join_error("", UNKNOWN_MEMBER_ID))
+        _answer_sync(member, SyncResult(error=UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+
+    # -- offsets
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], int]:
+        """Store ``offsets`` durably; returns an error code per partition (0 when stored)."""
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return {tp: code for tp in offsets}
+
+        if not self.active:
+            return all_(COORDINATOR_NOT_AVAILABLE)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # Not a group we know: an older generation or a group that never joined.
+                return all_(ILLEGAL_GENERATION)
+            group = self.groups[group_id] = Group(group_id)
+        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if err != NONE:
+            return all_(err)
+        if member_id in group.members and group.state in (STABLE, PREPARING_REBALANCE):
+            # A commit is as good as a heartbeat (Kafka reschedules the member's expiry).
+            self._reschedule_heartbeat(group, group.members[member_id])
+        max_meta = self._cfg("offset.metadata.max.bytes")
+        result: dict[tuple[str, int], int] = {}
+        records = []
+        now = _now_ms()
+        for (topic, partition), om in offsets.items():
+            if om.metadata and len(om.metadata.encode()) > max_meta:
+                result[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            stored = OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata or "", now)
+            records.append(_commit_record(group_id, topic, partition, stored))
+            result[(topic, partition)] = NONE
+        if records:
+            try:
+                await self.store.append(records)
+            except OffsetStoreError:
+                # Kafka answers a failed offsets-log append with NOT_COORDINATOR.
+                return {tp: (NOT_COORDINATOR if code == NONE else code) for tp, code in result.items()}
+            if group_id not in self.groups and self.store.has_offsets(group_id):
+                # The group was deleted while the commit was being written; it exists again.
+                self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
+        return result
+
+    @staticmethod
+    def _validate_offset_commit(group: Group, generation_id: int, member_id: str,
+                                group_instance_id: str | None) -> int:
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.state == EMPTY:
+            return NONE  # a standalone consumer or admin tool: no membership to check
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            err = group.validate_member(member_id, group_instance_id)
+            if err != NONE:
+                return err
+            if generation_id != group.generation_id:
+                return ILLEGAL_GENERATION
+        elif group.state != EMPTY:
+            return UNKNOWN_MEMBER_ID  # only members may commit to a non-empty group
+        if group.state == COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+                      ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        """Committed offsets of ``partitions`` (None = every committed partition)."""
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE, {}
+        group = self.groups.get(group_id)
+        stored = self.store.group_offsets(group_id) if group is None or group.state != DEAD else {}
+        if partitions is None:
+            return NONE, dict(stored)
+        return NONE, {tp: stored.get(tp) for tp in partitions}
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """For kcli's tools: ``{(topic, partition): offset}`` of ``group_id``."""
+        return {tp: om.offset for tp, om in self.store.group_offsets(group_id).items()}
+
+    def delete_topic_offsets(self, topic: str) -> int:
+        """Drop every group's offsets for a deleted topic; returns how many were dropped."""
+        n = sum(1 for offs in self.store.offsets.values() for tp in offs if tp[0] == topic)
+        if n:
+            self.store.append_behind([{"type": "topic_delete", "topic": topic}])
+            log.info("removed %d committed offsets of deleted topic %s", n, topic)
+        return n
+
+    # -- admin
+    def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+        """``(group_id, protocol_type, state)`` of every group, optionally filtered by state."""
+        wanted = {s.lower() for s in states} if states else None
+        out = []
+        for g in self.groups.values():
+            if g.state == DEAD:
+                continue
+            if wanted is not None and g.state.lower() not in wanted:
+                continue
+            out.append((g.group_id, g.protocol_type or "", g.state))
+        return out
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        """DescribeGroups' view: member metadata/assignment only when Stable, as Kafka does."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return {"group_id": group_id, "group_state": DEAD, "protocol_type": "", "protocol_data": "",
+                    "members": []}
+        stable = group.state == STABLE and group.protocol_name is not None
+        members = []
+        for m in group.members.values():
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "member_metadata": m.metadata_or_empty(group.protocol_name) if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            })
+        return {"group_id": group_id, "group_state": group.state,
+                "protocol_type": group.protocol_type or "",
+                "protocol_data": group.protocol_name if stable else "", "members": members}
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        """For kcli's tools: everything known about ``group_id`` (state Dead when unknown)."""
+        group = self.groups.get(group_id)
+        offsets = {f"{t}-{p}": om.offset for (t, p), om in sorted(self.store.group_offsets(group_id).items())}
+        if group is None:
+            return {"group_id": group_id, "state": DEAD, "protocol_type": "", "protocol": "",
+                    "generation_id": -1, "leader": "", "members": [], "offsets": offsets}
+        members = []
+        for m in group.members.values():
+            meta = m.metadata_or_empty(group.protocol_name)
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "session_timeout_ms": m.session_timeout_ms, "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                "metadata": meta, "assignment": m.assignment,
+            })
+        return {"group_id": group_id, "state": group.state, "protocol_type": group.protocol_type or "",
+                "protocol": group.protocol_name or "", "generation_id": group.generation_id,
+                "leader": group.leader_id or "", "members": members, "offsets": offsets}
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
+        """Delete Empty groups and their offsets; NON_EMPTY_GROUP for groups with members."""
+        out: dict[str, int] = {}
+        for gid in group_ids:
+            if not self.active:
+                out[gid] = COORDINATOR_NOT_AVAILABLE
+                continue
+            group = self.groups.get(gid)
+            if group is None or group.state == DEAD:
+                out[gid] = GROUP_ID_NOT_FOUND
+            elif group.state != EMPTY:
+                out[gid] = NON_EMPTY_GROUP
+            else:
+                self._remove_group(group)
+                out[gid] = NONE
+        return out
+
+    def _remove_group(self, group: Group) -> None:
+        self._unload(group)
+        group.transition(DEAD)
+        self.groups.pop(group.group_id, None)
+        if self.store.has_offsets(group.group_id) or group.group_id in self.store.protocol_types:
+            self.store.append_behind([{"type": "group_delete", "group": group.group_id}])
+        log.info("group %s deleted", group.group_id)
+
+    # -- retention (Kafka's offsets.retention.minutes / offsets.retention.check.interval.ms)
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._cfg("offsets.retention.check.interval.ms") / 1000.0)
+            try:
+                self.expire_offsets()
+            except Exception:
+                log.exception("offsets cleanup failed")
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets past retention and forget Empty groups without offsets; returns count."""
+        now = _now_ms() if now_ms is None else now_ms
+        retention = self._cfg("offsets.retention.minutes") * 60_000
+        removed = 0
+        for group in list(self.groups.values()):
+            offs = self.store.group_offsets(group.group_id)
+            expired: list[tuple[str, int]] = []
+            if group.protocol_type and group.state == EMPTY:
+                # No consumers left: everything goes once the group has been empty long enough.
+                if group.state_timestamp_ms + retention <= now:
+                    expired = list(offs)
+            elif not group.protocol_type:
+                # Standalone committer: each offset ages from its own commit.
+                expired = [tp for tp, om in offs.items() if om.commit_timestamp_ms + retention <= now]
+            elif group.state == STABLE:
+                subscribed = group.subscribed_topics()
+                if subscribed is not None:
+                    expired = [tp for tp, om in offs.items()
+                               if tp[0] not in subscribed and om.commit_timestamp_ms + retention <= now]
+            if expired:
+                self.store.append_behind([{"type": "offset_delete", "group": group.group_id,
+                                           "topic": t, "partition": p} for t, p in expired])
+                removed += len(expired)
+            if group.state == EMPTY and not group.members and not self.store.has_offsets(group.group_id) \
+                    and not group.pending_members:
+                self._remove_group(group)
+        if removed:
+            log.info("expired %d committed offsets", removed)
+        return removed
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and current is not None and requested != current

@@ -1,0 +1,266 @@
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch, List/Describe/DeleteGroups.
+
+These only translate between kio request entities / response dicts and
+:class:`kcli.broker.groups.GroupCoordinator`, which owns the state machine. Field names are
+those of each API's newest version; the codec drops what an older version lacks.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kcli.broker import groups as g
+from kcli.broker.dispatch import RequestContext, handler
+
+INVALID_REQUEST = 42
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+def _coordinator(ctx: RequestContext) -> g.GroupCoordinator | None:
+    coord = getattr(ctx.broker, "groups", None)
+    if coord is None or not coord.active:
+        return None
+    return coord
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    # Kafka reports InetAddress.toString(): "/127.0.0.1".
+    peer = ctx.connection.peer
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host
+
+
+# ---- FindCoordinator ----------------------------------------------------------------------------
+
+
+@handler(api_key=10, name="FindCoordinator", min_version=0, max_version=5)
+async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+    b = ctx.broker
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+            return {"key": key, "error_code": INVALID_REQUEST, "error_message": f"Invalid key type {key_type}",
+                    "node_id": -1, "host": "", "port": -1}
+        if key_type == KEY_TYPE_GROUP and _coordinator(ctx) is None:
+            return {"key": key, "error_code": g.COORDINATOR_NOT_AVAILABLE,
+                    "error_message": "The coordinator is not available.", "node_id": -1, "host": "", "port": -1}
+        return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": b.node_id,
+                "host": b.advertised_host, "port": b.advertised_port}
+
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [answer(k) for k in req.coordinator_keys]}
+    body = answer(req.key)
+    del body["key"]
+    body["throttle_time"] = 0
+    return body
+
+
+# ---- membership -----------------------------------------------------------------------------------
+
+
+@handler(api_key=11, name="JoinGroup", min_version=0, max_version=9)
+async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    if coord is None:
+        result = g.JoinResult(error=g.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id)
+    else:
+        session_ms = _ms(req.session_timeout)
+        result = await coord.join_group(g.JoinRequest(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            client_id=ctx.client_id,
+            client_host=_client_host(ctx),
+            session_timeout_ms=session_ms,
+            # v0 has no rebalance timeout: Kafka uses the session timeout.
+            rebalance_timeout_ms=_ms(req.rebalance_timeout) if v >= 1 else session_ms,
+            protocol_type=req.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+            require_known_member_id=v >= 4,
+            supports_skip_assignment=v >= 9,
+            reason=getattr(req, "reason", None),
+        ))
+    protocol_name = result.protocol_name
+    if v < 7 and protocol_name is None:
+        protocol_name = ""  # not nullable before v7
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+                    for m in result.members],
+    }
+
+
+@handler(api_key=14, name="SyncGroup", min_version=0, max_version=5)
+async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        result = g.SyncResult(error=g.COORDINATOR_NOT_AVAILABLE)
+    else:
+        result = await coord.sync_group(
+            req.group_id, int(req.generation_id), req.member_id, getattr(req, "group_instance_id", None),
+            getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+            {a.member_id: bytes(a.assignment) for a in req.assignments},
+        )
+    return {"throttle_time": 0, "error_code": result.error, "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name, "assignment": result.assignment}
+
+
+@handler(api_key=12, name="Heartbeat", min_version=0, max_version=4)
+async def heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        code = g.COORDINATOR_NOT_AVAILABLE
+    else:
+        code = coord.heartbeat(req.group_id, int(req.generation_id), req.member_id,
+                               getattr(req, "group_instance_id", None))
+    return {"throttle_time": 0, "error_code": code}
+
+
+@handler(api_key=13, name="LeaveGroup", min_version=0, max_version=5)
+async def leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.api_version
+    if v >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        leaving = [(req.member_id, None)]
+    coord = _coordinator(ctx)
+    if coord is None:
+        top, members = g.COORDINATOR_NOT_AVAILABLE, []
+    else:
+        top, members = coord.leave_group(req.group_id, leaving)
+    if v < 3 and top == g.NONE and members:
+        top = members[0][2]  # single-member versions carry the member's error at the top
+    return {"throttle_time": 0, "error_code": top,
+            "members": [{"member_id": mid, "group_instance_id": iid, "error_code": code}
+                        for mid, iid, code in members]}
+
+
+# ---- offsets ---------------------------------------------------------------------------------------
+
+
+@handler(api_key=8, name="OffsetCommit", min_version=2, max_version=8)
+async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    codes: dict[tuple[str, int], int] = {}
+    wanted: dict[tuple[str, int], g.OffsetAndMetadata] = {}
+    order: list[tuple[str, int]] = []
+    for t in req.topics:
+        exists = ctx.broker.topic_exists(t.name)
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            order.append(tp)
+            if coord is None:
+                codes[tp] = g.COORDINATOR_NOT_AVAILABLE
+            elif not exists:
+                codes[tp] = g.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted[tp] = g.OffsetAndMetadata(
+                    offset=int(p.committed_offset),
+                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                    metadata=p.committed_metadata or "",
+                )
+    if coord is not None and wanted:
+        codes.update(await coord.commit_offsets(
+            req.group_id, int(req.generation_id_or_member_epoch), req.member_id,
+            getattr(req, "group_instance_id", None), wanted))
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": codes[tp]})
+    return {"throttle_time": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
+
+
+def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: Any,
+                 version: int) -> tuple[int, list[dict[str, Any]]]:
+    """One group's OffsetFetch answer: (group error, topics list)."""
+    requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    if coord is None:
+        err, found = g.COORDINATOR_NOT_AVAILABLE, {}
+    else:
+        err, found = coord.fetch_offsets(group_id, requested)
+    if err != g.NONE and version >= 2:
+        return err, []  # v2+ carry a group-level error and no partitions
+    items = sorted(found.items()) if requested is None else [(tp, found.get(tp)) for tp in requested]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), om in items:
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": om.offset if om else -1,
+            "committed_leader_epoch": om.leader_epoch if om else -1,
+            "metadata": om.metadata if om else "",
+            "error_code": err,  # v1 has no group-level error: it goes on each partition
+        })
+    return err, [{"name": t, "partitions": parts} for t, parts in by_topic.items()]
+
+
+@handler(api_key=9, name="OffsetFetch", min_version=1, max_version=8)
+async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if ctx.api_version >= 8:
+        out = []
+        for grp in req.groups:
+            err, topics = _fetch_group(coord, grp.group_id, grp.topics, ctx.api_version)
+            out.append({"group_id": grp.group_id, "topics": topics, "error_code": err})
+        return {"throttle_time": 0, "groups": out}
+    err, topics = _fetch_group(coord, req.group_id, req.topics, ctx.api_version)
+    return {"throttle_time": 0, "topics": topics, "error_code": err}
+
+
+# ---- admin ------------------------------------------------------------------------------------------
+
+
+@handler(api_key=16, name="ListGroups", min_version=0, max_version=4)
+async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": g.COORDINATOR_NOT_AVAILABLE, "groups": []}
+    states = list(getattr(req, "states_filter", ()) or ())
+    return {"throttle_time": 0, "error_code": g.NONE,
+            "groups": [{"group_id": gid, "protocol_type": pt, "group_state": st}
+                       for gid, pt, st in coord.list_groups(states or None)]}
+
+
+@handler(api_key=15, name="DescribeGroups", min_version=0, max_version=5)
+async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    with_ops = bool(getattr(req, "include_authorized_operations", False))
+    out = []
+    for gid in req.groups:
+        if coord is None:
+            d: dict[str, Any] = {"group_id": gid, "error_code": g.COORDINATOR_NOT_AVAILABLE, "group_state": "",
+                                 "protocol_type": "", "protocol_data": "", "members": []}
+        else:
+            d = coord.describe_group(gid)
+            d["error_code"] = g.NONE
+        if with_ops:
+            d["authorized_operations"] = g.GROUP_AUTHORIZED_OPERATIONS
+        out.append(d)
+    return {"throttle_time": 0, "groups": out}
+
+
+@handler(api_key=42, name="DeleteGroups", min_version=0, max_version=2)
+async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    names = list(req.groups_names)
+    if coord is None:
+        codes = {gid: g.COORDINATOR_NOT_AVAILABLE for gid in names}
+    else:
+        codes = await coord.delete_groups(names)
+    return {"throttle_time": 0, "results": [{"group_id": gid, "error_code": codes[gid]} for gid in names]}
