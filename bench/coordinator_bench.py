@@ -1,0 +1,165 @@
+"""Benchmark the SQLite batch coordinator: commit_file and find_batches latency, commit throughput.
+
+KIP-1163 budgets P50 ~10 ms / P99 ~20-50 ms for committing an object's batch coordinates; kcli's
+targets for its embedded coordinator are commit P99 <= 10 ms for a 1,000-batch object and
+find_batches P99 <= 2 ms. Run:  python3 bench/coordinator_bench.py [--dir DIR] [--commits N]
+
+Wall-clock latency includes fsync and anything else the machine is doing; the CPU column is this
+thread's CPU time, which is steadier on a shared host. The first line prints a CPU calibration
+(``sum(range(10**6))``; ~10 ms on a current laptop core) so figures from different machines can be
+compared, and the filesystem the database ran on (fsync cost depends on it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from plugins.coordinator.base import (  # noqa: E402
+    CommitBatchRequest,
+    CreateTopicAndPartitionsRequest,
+    FindBatchRequest,
+    TopicIdPartition,
+)
+from plugins.coordinator.sqlite import SqliteBatchCoordinator  # noqa: E402
+
+COMMIT_TARGET_P99_MS = 10.0
+FIND_TARGET_P99_MS = 2.0
+BATCH_SIZE = 16 * 1024  # a producer batch.size-sized batch
+PRODUCERS = 50
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def filesystem_of(path: Path) -> str:
+    try:
+        out = subprocess.run(["df", "-T", str(path)], capture_output=True, text=True, check=True).stdout
+        return out.splitlines()[-1].split()[1]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "?"
+
+
+def build_object(tips: list[TopicIdPartition], n: int, rng: random.Random, sequences: dict | None
+                 ) -> tuple[int, list[CommitBatchRequest]]:
+    """One WAL object's commit requests, grouped by partition as WalBuilder lays them out.
+    With ``sequences`` every batch comes from one of PRODUCERS idempotent producers."""
+    chosen = sorted(rng.choices(range(len(tips)), k=n))
+    requests = []
+    position = 1
+    records = 10
+    for i, t in enumerate(chosen):
+        if sequences is not None:
+            pid = rng.randrange(PRODUCERS)
+            seq = sequences.get((t, pid), 0)
+            sequences[(t, pid)] = seq + records
+            producer = (1000 + pid, 0, seq, seq + records - 1)
+        else:
+            producer = (-1, -1, -1, -1)
+        requests.append(CommitBatchRequest(i, tips[t], position, BATCH_SIZE, 0, records - 1,
+                                           1_700_000_000_000 + i, 0, *producer))
+        position += BATCH_SIZE
+    return position, requests
+
+
+def timed(fn, wall: list[float], cpu: list[float]):
+    w0, c0 = time.perf_counter(), time.thread_time()
+    result = fn()
+    cpu.append((time.thread_time() - c0) * 1000)
+    wall.append((time.perf_counter() - w0) * 1000)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the database (default: temp dir)")
+    parser.add_argument("--commits", type=int, default=150, help="1,000-batch objects per commit scenario")
+    parser.add_argument("--batches", type=int, default=1000, help="batches per object")
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--finds", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    calibration_ms = min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
+    rng = random.Random(args.seed)
+    results: list[tuple[str, list[float], list[float], float | None]] = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        db_path = Path(tmp) / "coordinator.db"
+        coord = SqliteBatchCoordinator(db_path)
+        topic = uuid.uuid4()
+        coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic, "bench", args.partitions)])
+        tips = [TopicIdPartition(topic, "bench", p) for p in range(args.partitions)]
+
+        throughput = {}
+        for label, sequences in (("no producer ids", None), (f"idempotent, {PRODUCERS} producers", {})):
+            wall: list[float] = []
+            cpu: list[float] = []
+            objects = [build_object(tips, args.batches, rng, sequences) for _ in range(args.commits)]
+            start = time.perf_counter()
+            for size, requests in objects:
+                responses = timed(lambda: coord.commit_file(f"wal/{uuid.uuid4()}", 0, size, requests), wall, cpu)
+                assert all(r.errors == 0 and not r.is_duplicate for r in responses), "commit failed"
+            throughput[label] = args.commits * args.batches / (time.perf_counter() - start)
+            results.append((f"commit_file 1,000 batches, {label}", wall, cpu, COMMIT_TARGET_P99_MS))
+
+        # A hot log with many batches: find_batches is a range lookup whatever the log's length.
+        hot_topic = uuid.uuid4()
+        coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(hot_topic, "hot", 1)])
+        hot = TopicIdPartition(hot_topic, "hot", 0)
+        for c in range(args.commits):
+            requests = [CommitBatchRequest(i, hot, 1 + i * BATCH_SIZE, BATCH_SIZE, 0, 99, 1_700_000_000_000 + i, 0)
+                        for i in range(args.batches)]
+            coord.commit_file(f"wal/hot-{c}", 0, 1 + args.batches * BATCH_SIZE, requests)
+        hot_batches = args.commits * args.batches
+        wall, cpu = [], []
+        returned = 0
+        for _ in range(args.finds):
+            offset = rng.randrange(hot_batches * 100)
+            resp = timed(lambda: coord.find_batches([FindBatchRequest(hot, offset, 1 << 20)], 50 << 20), wall, cpu)
+            returned += len(resp[0].batches)
+        results.append((f"find_batches 1 partition, 1 MiB ({returned // args.finds} batches)", wall, cpu,
+                        FIND_TARGET_P99_MS))
+
+        hwms = {i.topic_id_partition.partition: i.high_watermark for i in coord.describe_logs([topic])}
+        wall, cpu = [], []
+        returned = 0
+        for _ in range(args.finds // 4):
+            reqs = [FindBatchRequest(tips[p], rng.randrange(max(1, hwms[p])), 256 << 10)
+                    for p in rng.sample(range(args.partitions), 10)]
+            resp = timed(lambda: coord.find_batches(reqs, 50 << 20), wall, cpu)
+            returned += sum(len(r.batches) for r in resp)
+        results.append((f"find_batches 10 partitions x 256 KiB ({returned // (args.finds // 4)} batches)",
+                        wall, cpu, None))
+        coord.close()
+        db_size = sum(f.stat().st_size for f in Path(tmp).iterdir())
+
+    print(f"SQLite batch coordinator  sqlite {sqlite3.sqlite_version}, db on "
+          f"{filesystem_of(Path(args.dir or tempfile.gettempdir()))}, synchronous=FULL, WAL journal;"
+          f" CPU calibration sum(range(10**6)) = {calibration_ms:.1f} ms; load average"
+          f" {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"{'operation':<58}{'P50 ms':>8}{'P99 ms':>8}{'CPU P50':>9}{'CPU P99':>9}{'target':>8}  met")
+    for name, wall, cpu, target in results:
+        met = "-" if target is None else ("yes" if pct(wall, 99) <= target else "NO")
+        print(f"{name:<58}{statistics.median(wall):>8.2f}{pct(wall, 99):>8.2f}{statistics.median(cpu):>9.2f}"
+              f"{pct(cpu, 99):>9.2f}{'' if target is None else f'{target:.0f}':>8}  {met}")
+    for label, rate in throughput.items():
+        print(f"commit throughput, {label:<38}{rate:>12,.0f} batches/s")
+    print(f"database size after {2 * args.commits + args.commits} objects:{db_size / (1 << 20):>24.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
