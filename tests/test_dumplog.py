@@ -1,0 +1,550 @@
+"""kcli dump-log: Kafka DumpLogSegments output on real files we write in Kafka's formats.
+
+Segments are built with aiokafka's DefaultRecordBatchBuilder and laid out like Kafka's
+LogSegment (kcli.dumplog.synth); S3 runs against moto's HTTP server; exit codes are checked by
+running ``python3 -m kcli`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from kcli.dumplog import BytesSource, DumpOptions, LocalSource, dump_file
+from kcli.dumplog.detect import Kind, detect
+from kcli.dumplog.synth import (
+    build_batch,
+    control_batch,
+    segment_name,
+    simple_records,
+    wal_object,
+    write_segment,
+)
+from tests.fixtures_s3 import _moto_admin, moto_server, s3_bucket, s3_env  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_700_000_000_000
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "kcli", *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=60
+    )
+
+
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """The real entry point in-process (fast); subprocess runs are kept for exit-code checks."""
+    from kcli.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["kcli", *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def crc_of(batch: bytes) -> int:
+    return struct.unpack_from(">I", batch, 17)[0]
+
+
+def dump(path: str | Path, **opts: object):  # noqa: ANN201
+    src = LocalSource(str(path))
+    try:
+        return dump_file(src, DumpOptions(**opts))  # type: ignore[arg-type]
+    finally:
+        src.close()
+
+
+@pytest.fixture
+def segment(tmp_path: Path):  # noqa: ANN201
+    """Offsets 100..: five idempotent batches (one per codec), a COMMIT marker, a LogAppendTime batch."""
+    batches = []
+    offset = 100
+    for i, codec in enumerate(CODECS):
+        ts = [T0 + 10 * i + j for j in range(3)]
+        batches.append(
+            build_batch(simple_records(3), offset, ts, compression=codec, producer_id=7, producer_epoch=1,
+                        base_sequence=offset - 100, partition_leader_epoch=5)
+        )
+        offset += 3
+    batches.append(control_batch(offset, True, 7, 1, coordinator_epoch=4, timestamp=T0 + 60))
+    offset += 1
+    batches.append(build_batch([(None, b"x", [("h1", b"a"), ("h2", None)])], offset, [T0 + 70],
+                               log_append_time=T0 + 99_999))
+    seg = write_segment(str(tmp_path), 100, batches, index_interval_bytes=100)
+    return seg, batches
+
+
+# ----------------------------------------------------------------------------- Kafka's exact lines
+
+
+def test_batch_lines_match_kafka_format(segment) -> None:  # noqa: ANN001
+    seg, batches = segment
+    res = dump(seg.log)
+    assert not res.invalid and res.batches == 7
+    lines = res.lines
+    assert lines[0] == f"Dumping {seg.log}"
+    assert lines[1] == "Log starting offset: 100"
+    assert lines[2] == (
+        "baseOffset: 100 lastOffset: 102 count: 3 baseSequence: 0 lastSequence: 2 producerId: 7 "
+        "producerEpoch: 1 partitionLeaderEpoch: 5 isTransactional: false isControl: false "
+        "deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000002 "
+        f"size: {len(batches[0])} magic: 2 compresscodec: none crc: {crc_of(batches[0])} isvalid: true"
+    )
+    codecs = [line.split("compresscodec: ")[1].split()[0] for line in lines[2:]]
+    assert codecs == CODECS + ["none", "none"]
+    positions = [int(line.split("position: ")[1].split()[0]) for line in lines[2:]]
+    assert positions == seg.positions
+    assert "isTransactional: true isControl: true" in lines[7]
+    assert f"LogAppendTime: {T0 + 99_999} " in lines[8]
+    assert len(lines) == 9
+
+
+def test_deep_iteration_record_lines(segment) -> None:  # noqa: ANN001
+    seg, _ = segment
+    lines = dump(seg.log, deep_iteration=True).lines
+    records = [line for line in lines if line.startswith("| ")]
+    assert records[0] == "| offset: 100 CreateTime: 1700000000000 keySize: 5 valueSize: 100 sequence: 0 headerKeys: []"
+    # every codec decodes (compiled aiokafka decoder), sequences continue across batches
+    assert [int(r.split("offset: ")[1].split()[0]) for r in records] == list(range(100, 117))
+    assert records[14] == "| offset: 114 CreateTime: 1700000000042 keySize: 5 valueSize: 100 sequence: 14 headerKeys: []"
+    assert records[15] == (
+        "| offset: 115 CreateTime: 1700000000060 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: COMMIT coordinatorEpoch: 4"
+    )
+    assert records[16] == (
+        f"| offset: 116 LogAppendTime: {T0 + 99_999} keySize: -1 valueSize: 1 sequence: -1 headerKeys: [h1,h2]"
+    )
+
+
+def test_print_data_log_and_skip_metadata(segment) -> None:  # noqa: ANN001
+    seg, _ = segment
+    lines = dump(seg.log, print_data_log=True).lines
+    recs = [line for line in lines if line.startswith("| ") or line.startswith(" ")]
+    assert recs[0].endswith(" headerKeys: [] key: key-0 payload: " + "v" * 100)
+    # control records print no data; a null key prints no key
+    assert recs[15].endswith("endTxnMarker: COMMIT coordinatorEpoch: 4")
+    assert recs[16].endswith("headerKeys: [h1,h2] payload: x")
+    skipped = dump(seg.log, print_data_log=True, skip_record_metadata=True).lines
+    body = [line for line in skipped if not line.startswith(("Dumping", "Log starting", "baseOffset"))]
+    assert body[0] == "| key: key-0 payload: " + "v" * 100
+    assert body[15] == ""  # control record with metadata skipped: Kafka prints an empty line
+    assert body[16] == " payload: x"  # no key: Kafka's prefix quirk
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_round_trips(tmp_path: Path, codec: str) -> None:
+    recs = [(f"k{i}".encode(), f"value-{i}-".encode() * 20, []) for i in range(50)]
+    seg = write_segment(str(tmp_path), 0, [build_batch(recs, 0, compression=codec)])
+    lines = dump(seg.log, print_data_log=True).lines
+    assert f"compresscodec: {codec} " in lines[2]
+    payloads = [line.split(" payload: ")[1] for line in lines[3:]]
+    assert payloads == [(f"value-{i}-" * 20) for i in range(50)]
+
+
+def test_decoders(tmp_path: Path) -> None:
+    recs = [(b'{"a": 1,  "b": [1, 2]}', b"\x00\xffhi", []), (b"not json", b"ok", [])]
+    seg = write_segment(str(tmp_path), 0, [build_batch(recs, 0)])
+    res = dump(seg.log, print_data_log=True, key_decoder="json", value_decoder="hex")
+    assert res.lines[3].endswith('key: {"a":1,"b":[1,2]} payload: 00ff6869')
+    assert "key: <decode error: not JSON: Expecting value: line 1 column 1 (char 0)> payload: 6f6b" in res.lines[4]
+    assert not res.invalid and any("could not be decoded" in r for r in res.reports)
+    b64 = dump(seg.log, print_data_log=True, value_decoder="base64").lines
+    assert b64[3].endswith("payload: AP9oaQ==")
+    text = dump(seg.log, print_data_log=True).lines
+    assert text[3].endswith("payload: \x00\ufffdhi")  # Kafka's StringDecoder: U+FFFD for bad UTF-8
+
+
+def test_non_consecutive_offsets_reported(tmp_path: Path) -> None:
+    batches = [build_batch(simple_records(2), 0), build_batch(simple_records(2), 5),
+               build_batch(simple_records(3), 7, offset_deltas=[0, 2, 3])]
+    seg = write_segment(str(tmp_path), 0, batches)
+    res = dump(seg.log, deep_iteration=True)
+    assert not res.invalid
+    assert res.reports == [f"Non-consecutive offsets in {os.path.abspath(seg.log)}\n  7 is followed by 9\n  1 is followed by 5"]
+
+
+# ----------------------------------------------------------------------------- damage
+
+
+def test_bad_crc_is_reported_and_dump_continues(tmp_path: Path) -> None:
+    batches = [build_batch(simple_records(3), 0), build_batch(simple_records(3), 3)]
+    seg = write_segment(str(tmp_path), 0, batches)
+    data = bytearray(Path(seg.log).read_bytes())
+    data[len(batches[0]) - 5] ^= 0xFF  # inside the first batch's last record
+    Path(seg.log).write_bytes(bytes(data))
+    res = dump(seg.log)
+    assert res.invalid
+    assert res.lines[2].endswith("isvalid: false") and res.lines[3].endswith("isvalid: true")
+    proc = run("dump-log", seg.log, "--deep-iteration")
+    assert proc.returncode == 1
+    assert "isvalid: false" in proc.stdout and "| offset: 5 " in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_truncated_tail_and_max_bytes(tmp_path: Path) -> None:
+    batches = [build_batch(simple_records(3), 0), build_batch(simple_records(3), 3)]
+    seg = write_segment(str(tmp_path), 0, batches)
+    full = Path(seg.log).read_bytes()
+    Path(seg.log).write_bytes(full[:-10])
+    res = dump(seg.log)
+    assert res.invalid and res.batches == 1
+    assert res.lines[-1] == f"Found {len(batches[1]) - 10} invalid bytes at the end of {segment_name(0)}.log"
+    # --max-bytes stops early without calling the rest invalid, as Kafka does
+    Path(seg.log).write_bytes(full)
+    limited = dump(seg.log, max_bytes=len(batches[0]) + 20)
+    assert limited.batches == 1 and not limited.invalid and "invalid bytes" not in "\n".join(limited.lines)
+
+
+def test_garbage_header_stops_with_reason(tmp_path: Path) -> None:
+    good = build_batch(simple_records(1), 0)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(good + struct.pack(">qi", 1, 3) + b"\x00" * 30)
+    res = dump(path)
+    assert res.invalid and res.batches == 1
+    assert res.lines[-1] == "Found 42 invalid bytes at the end of 00000000000000000000.log"
+    assert "smaller than minimum record overhead (14)" in res.errors[0]
+
+
+def test_exit_codes_unreadable_and_usage(tmp_path: Path, segment, capsys, monkeypatch) -> None:  # noqa: ANN001
+    seg, _ = segment
+    missing = tmp_path / "nope.log"
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    proc = run("dump-log", str(missing), str(fifo), seg.log)
+    assert proc.returncode == 1
+    assert f"cannot read {missing}: No such file or directory" in proc.stderr
+    assert f"cannot read {fifo}: not a regular file" in proc.stderr
+    assert f"Dumping {seg.log}" in proc.stdout and "Traceback" not in proc.stderr
+    assert run("dump-log", seg.log).returncode == 0
+    proc = run("-o", "yaml", "dump-log", seg.log)
+    assert proc.returncode == 2 and proc.stderr.startswith("kcli: error:") and "yaml" in proc.stderr
+    for bad in (["dump-log"], ["dump-log", seg.log, "--key-decoder", "avro"],
+                ["dump-log", seg.log, "--max-bytes", "-1"], ["dump-log", seg.log, "--coordinator", "mysql://x"]):
+        code, _out, err = cli(capsys, monkeypatch, *bad)
+        assert code == 2, (bad, err)
+        assert err.startswith("kcli: error:") and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def test_directories_globs_and_files_option(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    write_segment(str(tmp_path), 0, [build_batch(simple_records(2), 0)])
+    write_segment(str(tmp_path), 2, [build_batch(simple_records(2), 2)])
+    (tmp_path / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (tmp_path / "partition.metadata").write_text("version: 0\n")
+    code, out, err = cli(capsys, monkeypatch, "dump-log", str(tmp_path))
+    assert code == 0, err
+    dumped = [line[len("Dumping "):] for line in out.splitlines() if line.startswith("Dumping ")]
+    names = [os.path.basename(p) for p in dumped]
+    assert names == sorted(f"{segment_name(b)}{s}" for b in (0, 2) for s in (".index", ".log", ".timeindex"))
+    _, out, _ = cli(capsys, monkeypatch, "dump-log", str(tmp_path / "*.log"))
+    assert [line for line in out.splitlines() if line.startswith("Log starting offset")] == [
+        "Log starting offset: 0", "Log starting offset: 2"]
+    _, out, _ = cli(capsys, monkeypatch, "dump-log", "--files", f"{tmp_path}/{segment_name(2)}.log,{tmp_path}/{segment_name(0)}.log")
+    assert [line for line in out.splitlines() if line.startswith("Log starting offset")] == [
+        "Log starting offset: 2", "Log starting offset: 0"]
+    code, _, err = cli(capsys, monkeypatch, "dump-log", str(tmp_path / "*.nothing"))
+    assert code == 1 and "no files match" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = cli(capsys, monkeypatch, "dump-log", str(tmp_path / "empty"))
+    assert code == 1 and "no log, index or WAL files in that directory" in err
+
+
+def test_unknown_explicit_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    res = dump(path)
+    assert res.invalid and res.errors == [f"Ignoring unknown file {path}"]
+
+
+# ----------------------------------------------------------------------------- WAL objects
+
+
+def test_wal_object_positions_start_after_version_byte(tmp_path: Path) -> None:
+    batches = [build_batch(simple_records(2), 0, compression="zstd"), build_batch(simple_records(3), 0)]
+    path = tmp_path / "3f1c0b7e-9d2a-4b8e-8f00-0123456789ab"
+    path.write_bytes(wal_object(batches))
+    assert detect(LocalSource(str(path))).kind is Kind.WAL
+    res = dump(path, deep_iteration=True)
+    assert not res.invalid and res.reports == []  # producer offsets restart per batch: not a gap
+    assert res.lines[1] == "WAL segment version: 0"
+    assert "position: 1 " in res.lines[2] and f"position: {1 + len(batches[0])} " in res.lines[5]
+    assert res.records == 5
+
+
+def test_wal_unsupported_version(tmp_path: Path) -> None:
+    path = tmp_path / "3f1c0b7e-9d2a-4b8e-8f00-0123456789ac"
+    path.write_bytes(wal_object([build_batch(simple_records(1), 0)], version=3))
+    proc = run("dump-log", str(path))
+    assert proc.returncode == 1
+    assert f"kcli: error: unsupported WAL segment version 3 in {path}" in proc.stderr
+    assert "baseOffset" not in proc.stdout
+
+
+def test_wal_truncated_and_empty(tmp_path: Path) -> None:
+    batch = build_batch(simple_records(2), 0)
+    path = tmp_path / "a0000000-0000-4000-8000-000000000001"
+    path.write_bytes(wal_object([batch, batch])[:-7])
+    res = dump(path)
+    assert res.invalid and res.batches == 1
+    assert res.lines[-1] == f"Found {len(batch) - 7} invalid bytes at the end of {path.name}"
+    empty = tmp_path / "a0000000-0000-4000-8000-000000000002"
+    empty.write_bytes(b"\x00")
+    res = dump(empty)
+    assert not res.invalid and res.lines == [f"Dumping {empty}", "WAL segment version: 0"]
+
+
+def test_pure_dump_file_on_bytes() -> None:
+    data = wal_object([build_batch(simple_records(4), 0)])
+    res = dump_file(BytesSource(data, "s3://b/wal/x"), DumpOptions(deep_iteration=True))
+    assert (res.kind, res.invalid, res.bytes_read, res.batches, res.records) == ("wal", False, len(data), 1, 4)
+    streamed: list[str] = []
+    res2 = dump_file(BytesSource(data, "s3://b/wal/x"), DumpOptions(deep_iteration=True), emit=streamed.append)
+    assert res2.output == [] and "".join(streamed).splitlines() == res.lines
+
+
+# ----------------------------------------------------------------------------- indexes
+
+
+def test_index_and_timeindex_dump(segment) -> None:  # noqa: ANN001
+    seg, _ = segment
+    res = dump(seg.index)
+    assert not res.invalid and res.reports == []
+    assert res.lines[1:] == [f"offset: {o} position: {p}" for o, p in seg.index_entries]
+    assert len(seg.index_entries) >= 3
+    tres = dump(seg.timeindex)
+    assert not tres.invalid and tres.reports == [], tres.reports
+    assert tres.lines[1:] == [f"timestamp: {t} offset: {o}" for t, o in seg.time_entries]
+    assert dump(seg.index, verify_index_only=True).lines == [f"Dumping {seg.index}"]
+    assert dump(seg.index, index_sanity_check=True).lines[1] == f"{seg.index} passed sanity check."
+    assert dump(seg.timeindex, index_sanity_check=True).lines[1] == f"{seg.timeindex} passed sanity check."
+
+
+def test_index_mismatch_and_sanity_failures(segment, capsys, monkeypatch) -> None:  # noqa: ANN001
+    seg, _ = segment
+    raw = bytearray(Path(seg.index).read_bytes())
+    off0, pos0 = seg.index_entries[0]
+    struct.pack_into(">i", raw, 0, off0 - 100 + 1)  # wrong relative offset for the first entry
+    Path(seg.index).write_bytes(bytes(raw) + b"\x01\x02\x03")  # and a torn entry
+    res = dump(seg.index)
+    assert res.invalid
+    assert res.reports == [f"Mismatches in :{os.path.abspath(seg.index)}\n  Index offset: {off0 + 1}, log offset: {off0}"]
+    sanity = dump(seg.index, index_sanity_check=True)
+    assert sanity.invalid and sanity.errors == [
+        f"Index file {os.path.abspath(seg.index)} is corrupt, found {len(raw) + 3} bytes which is neither "
+        "positive nor a multiple of 8"
+    ]
+    traw = bytearray(Path(seg.timeindex).read_bytes())
+    struct.pack_into(">q", traw, 0, seg.time_entries[0][0] + 5)
+    Path(seg.timeindex).write_bytes(bytes(traw))
+    tres = dump(seg.timeindex)
+    assert tres.invalid
+    assert tres.reports[0] == (
+        f"Found timestamp mismatch in :{os.path.abspath(seg.timeindex)}\n"
+        f"  Index timestamp: {seg.time_entries[0][0] + 5}, log timestamp: {seg.time_entries[0][0]}"
+    )
+    code, out, err = cli(capsys, monkeypatch, "dump-log", seg.index, "--verify-index-only")
+    assert code == 1 and "Mismatches in :" in err and out == f"Dumping {seg.index}\n"
+
+
+def test_empty_index_and_missing_log(tmp_path: Path) -> None:
+    empty = tmp_path / "00000000000000000000.index"
+    empty.write_bytes(b"")
+    assert dump(empty).lines == [f"Dumping {empty}", f"{empty} is empty."]
+    lone = tmp_path / "00000000000000000050.index"
+    lone.write_bytes(struct.pack(">ii", 3, 0))
+    res = dump(lone)
+    assert not res.invalid and res.lines[1] == "offset: 53 position: 0"
+    assert "entries not checked" in res.reports[0]
+    assert dump(lone, verify_index_only=True).invalid
+
+
+def test_tiered_segment_names(tmp_path: Path) -> None:
+    stem = "00000000000000000200-Zm9vYmFyLXV1aWQtMDAwMQ"
+    seg = write_segment(str(tmp_path), 200, [build_batch(simple_records(40), 200 + 40 * i) for i in range(4)],
+                        index_interval_bytes=1000, stem=stem)
+    assert dump(seg.log).lines[1] == "Log starting offset: 200"
+    res = dump(seg.index)
+    assert not res.invalid and res.reports == [] and len(res.lines) > 1
+
+
+def test_txn_index(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    path.write_bytes(struct.pack(">hqqqq", 0, 9, 10, 20, 21) + b"\x00\x01")
+    res = dump(path)
+    assert res.lines[1] == "version: 0 producerId: 9 firstOffset: 10 lastOffset: 20 lastStableOffset: 21"
+    assert res.lines[2] == f"Found 2 invalid bytes at the end of {path.name}" and res.invalid
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def test_json_output_shape(segment, capsys, monkeypatch) -> None:  # noqa: ANN001
+    seg, batches = segment
+    code, out, err = cli(capsys, monkeypatch, "-o", "json", "dump-log", seg.log, "--print-data-log", "--value-decoder", "json")
+    assert code == 0, err
+    objs = [json.loads(line) for line in out.splitlines()]
+    assert objs[0] == {"type": "file", "file": seg.log, "kind": "log", "logStartOffset": 100}
+    b = objs[1]
+    assert b["type"] == "batch" and b["baseOffset"] == 100 and b["crc"] == crc_of(batches[0])
+    assert b["isvalid"] is True and b["deleteHorizonMs"] is None and b["compresscodec"] == "none"
+    r = objs[2]
+    assert r["type"] == "record" and r["offset"] == 100 and r["key"] == "key-0" and r["batchPosition"] == 0
+    assert "payloadError" in r and "payload" not in r  # "vvvv..." is not JSON
+    ctrl = [o for o in objs if o.get("controlType")]
+    assert ctrl[0]["controlType"] == "COMMIT" and ctrl[0]["coordinatorEpoch"] == 4
+    assert {o["type"] for o in objs} == {"file", "batch", "record"}
+    idx = [json.loads(line) for line in cli(capsys, monkeypatch, "-o", "json", "dump-log", seg.index)[1].splitlines()]
+    assert idx[1] == {"type": "indexEntry", "file": seg.index, "offset": seg.index_entries[0][0],
+                      "position": seg.index_entries[0][1]}
+
+
+# ----------------------------------------------------------------------------- S3
+
+
+def test_s3_objects_prefixes_and_errors(s3_bucket: str, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001, F811
+    seg = write_segment(str(tmp_path), 0, [build_batch(simple_records(30), 30 * i) for i in range(5)],
+                        index_interval_bytes=500)
+    wal = wal_object([build_batch(simple_records(2), 0, compression="lz4")])
+    s3 = boto3.client("s3")
+    for path in (seg.log, seg.index, seg.timeindex):
+        s3.put_object(Bucket=s3_bucket, Key=f"tiered/orders-0/{os.path.basename(path)}", Body=Path(path).read_bytes())
+    s3.put_object(Bucket=s3_bucket, Key="wal/6a1e3c2d-0000-4000-8000-00000000abcd", Body=wal)
+    s3.put_object(Bucket=s3_bucket, Key="wal/readme.txt", Body=b"ignored by listing")
+
+    proc = run("dump-log", f"s3://{s3_bucket}/wal/6a1e3c2d-0000-4000-8000-00000000abcd", "--deep-iteration")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [f"Dumping s3://{s3_bucket}/wal/6a1e3c2d-0000-4000-8000-00000000abcd", "WAL segment version: 0"]
+    assert "compresscodec: lz4" in lines[2] and lines[3].startswith("| offset: 0 ")
+
+    code, out, err = cli(capsys, monkeypatch, "dump-log", f"s3://{s3_bucket}/tiered/orders-0/")
+    assert code == 0, err
+    local = cli(capsys, monkeypatch, "dump-log", seg.index, seg.log, seg.timeindex)[1]  # S3 lists in key order
+    assert out.replace(f"s3://{s3_bucket}/tiered/orders-0", str(tmp_path)) == local
+
+    code, out, err = cli(capsys, monkeypatch, "dump-log", f"s3://{s3_bucket}/tiered/*/*.log", f"s3://{s3_bucket}/wal/missing")
+    assert code == 1
+    assert out.count("Dumping ") == 1 and "Log starting offset: 0" in out
+    assert f"cannot read s3://{s3_bucket}/wal/missing" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- WAL + batch coordinator
+
+
+def test_wal_annotated_from_sqlite_coordinator(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    import uuid
+
+    from plugins.coordinator.base import CommitBatchRequest, CreateTopicAndPartitionsRequest, DeleteRecordsRequest
+    from plugins.coordinator.base import TopicIdPartition
+    from plugins.coordinator.sqlite import SqliteBatchCoordinator
+
+    orders = TopicIdPartition(uuid.uuid4(), "orders", 0)
+    clicks = TopicIdPartition(uuid.uuid4(), "clicks", 1)
+    from kcli.diskless.wal import WalBuilder, commit_batch_requests
+
+    batches = [build_batch(simple_records(2), 0), build_batch(simple_records(3), 0), build_batch(simple_records(4), 0)]
+    builder = WalBuilder()  # the broker's own WAL writer, so dump-log and the writer agree
+    for tip, b in zip([orders, orders, clicks], batches):
+        builder.add(tip, b)
+    data, refs = builder.build()
+    assert data == wal_object(batches)
+    key = "wal/9b2f4c1e-0000-4000-8000-000000000001"
+    local = tmp_path / "wal" / key.split("/")[1]
+    local.parent.mkdir()
+    local.write_bytes(data)
+
+    db = tmp_path / "coordinator.db"
+    coord = SqliteBatchCoordinator(db)
+    coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(orders.topic_id, "orders", 1),
+                                       CreateTopicAndPartitionsRequest(clicks.topic_id, "clicks", 2)])
+    # an earlier object puts clicks-1 at offset 10, so its batch here is assigned 10
+    coord.commit_file("wal/earlier", 1, 1000, [CommitBatchRequest(0, clicks, 1, 500, 0, 9, T0, 0)])
+    responses = coord.commit_file(key, 1, len(data), commit_batch_requests(refs))
+    assert [r.errors for r in responses] == [0, 0, 0]
+    coord.delete_records([DeleteRecordsRequest(orders, 2)])  # the first orders batch (offsets 0-1) is deleted
+    coord.close()
+
+    code, out, err = cli(capsys, monkeypatch, "dump-log", str(local), "--coordinator", f"sqlite://{db}")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[2].endswith("isvalid: true dead: true")
+    assert lines[3].endswith("isvalid: true topic: orders partition: 0 assignedBaseOffset: 2")
+    assert lines[4].endswith("isvalid: true topic: clicks partition: 1 assignedBaseOffset: 10")
+
+    code, out, _ = cli(capsys, monkeypatch, "-o", "json", "dump-log", str(local), "--coordinator", str(db))
+    objs = [json.loads(line) for line in out.splitlines()]
+    assert objs[1]["dead"] is True and "topic" not in objs[1]
+    assert (objs[2]["topic"], objs[2]["partition"], objs[2]["assignedBaseOffset"], objs[2]["assignedLastOffset"],
+            objs[2]["topicId"], objs[2]["dead"]) == ("orders", 0, 2, 4, str(orders.topic_id), False)
+
+    # the coordinator lists a batch the file does not have: a real inconsistency, exit 1
+    truncated = tmp_path / "cut" / "wal" / key.split("/")[1]
+    truncated.parent.mkdir(parents=True)
+    truncated.write_bytes(data[: 1 + len(batches[0]) + len(batches[1])])
+    code, out, err = cli(capsys, monkeypatch, "dump-log", str(truncated), "--coordinator", f"sqlite://{db}")
+    assert code == 1
+    assert f"lists a {len(batches[2])}-byte batch of clicks-1 at byte offset {1 + len(batches[0]) + len(batches[1])}" in err
+
+    # an object the coordinator never heard of (an orphan upload): every batch is dead
+    orphan = tmp_path / "0f0f0f0f-0000-4000-8000-000000000009"
+    orphan.write_bytes(data)
+    code, out, err = cli(capsys, monkeypatch, "dump-log", str(orphan), "--coordinator", f"sqlite://{db}")
+    assert code == 0 and out.count(" dead: true") == 3 and "No batch metadata for" in err
+
+    code, _, err = cli(capsys, monkeypatch, "dump-log", str(local), "--coordinator", f"sqlite://{tmp_path}/none.db")
+    assert code == 2 and "not found" in err
+
+
+def test_annotation_from_any_lookup_callable() -> None:
+    """The metadata source is just object_key -> list[BatchInfo]: a broker RPC can stand in later."""
+    from types import SimpleNamespace as NS
+
+    batch = build_batch(simple_records(2), 0)
+    data = wal_object([batch])
+    info = NS(batch_id=1, object_key="wal/x", metadata=NS(
+        topic_id_partition=NS(topic_id=None, topic="t", partition=3), byte_offset=1, byte_size=len(batch),
+        base_offset=40, last_offset=41))
+    asked: list[str] = []
+
+    def lookup(key: str) -> list:
+        asked.append(key)
+        return [info] if key == "wal/x" else []
+
+    res = dump_file(BytesSource(data, "s3://bucket/prefix/wal/x"), DumpOptions(batch_lookup=lookup))
+    assert res.lines[2].endswith(" topic: t partition: 3 assignedBaseOffset: 40")
+    assert asked == ["prefix/wal/x", "wal/x"]  # most specific key first
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_parallel_deep_iteration_matches_serial(tmp_path: Path, as_json: bool) -> None:
+    batches = [build_batch(simple_records(20), 20 * i, compression=CODECS[i % 5], producer_id=3, producer_epoch=0,
+                           base_sequence=20 * i) for i in range(60)]
+    batches.insert(30, build_batch(simple_records(5), 5000))  # a gap, reported across a range cut
+    seg = write_segment(str(tmp_path), 0, batches)
+    with open(seg.log, "ab") as f:
+        f.write(batches[0][:40])  # torn tail
+    opts = dict(deep_iteration=True, json=as_json, parallel_min_bytes=0, range_bytes=4000)
+    serial = dump(seg.log, **opts)
+    parallel = dump(seg.log, jobs=2, **opts)
+    assert parallel.output and "".join(parallel.output) == "".join(serial.output)
+    assert (parallel.batches, parallel.records, parallel.invalid) == (serial.batches, serial.records, True)
+    assert parallel.reports == serial.reports and "5004 is followed by 600\n  599 is followed by 5000" in serial.reports[0]
+    assert parallel.errors == serial.errors
