@@ -30,6 +30,10 @@ class BrokerExtension:
     def topic_deleted(self, topic: "TopicState") -> None:
         """The topic's RemoveTopicRecord is durable: delete the feature's data for it."""
 
+    def validate_config_request(self, topic: "TopicState", changes: dict[str, str | None]) -> None:
+        """Raise BrokerError to refuse an alter as requested (``None`` = delete), before generic
+        validation: for rules about the request itself, e.g. KIP-950's in-progress error."""
+
     def validate_config_change(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
         """Raise BrokerError to refuse a config change (runs for validate_only too)."""
 

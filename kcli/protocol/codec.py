@@ -72,6 +72,22 @@ def _to_uuid(v: Any) -> Any:
     return uuid.UUID(str(v))
 
 
+class _ExtraErrorCode(int):
+    """A code kio's ErrorCode enum lacks (kcli's own, e.g. TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
+    = 200 in kcli/protocol/errors.py); kio's writer only needs ``.value``."""
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+
+def _to_error_code(v: Any) -> Any:
+    try:
+        return ErrorCode(int(v))
+    except ValueError:
+        return _ExtraErrorCode(int(v))
+
+
 _CONVERT: dict[str, Any] = {
     "int8": lambda v: i8(int(v)),
     "int16": lambda v: i16(int(v)),
@@ -84,7 +100,7 @@ _CONVERT: dict[str, Any] = {
     "bytes": lambda v: v,
     "records": lambda v: v,
     "uuid": _to_uuid,
-    "error_code": lambda v: ErrorCode(int(v)),
+    "error_code": _to_error_code,
     "timedelta_i32": _to_td32,
     "timedelta_i64": _to_td64,
     "datetime_i64": _to_dt,
@@ -169,14 +185,25 @@ def build(cls: type, data: dict[str, Any] | None) -> Any:
     return cls(**kwargs)
 
 
+# kcli's own APIs (kcli/protocol/kcli_schemas.py): (api_key, version) -> (request, response).
+# Consulted before kio, which only knows Kafka's messages.
+EXTRA_SCHEMAS: dict[tuple[int, int], tuple[type, type]] = {}
+
+
+def register_schema(api_key: int, version: int, request: type, response: type) -> None:
+    EXTRA_SCHEMAS[(api_key, version)] = (request, response)
+
+
 @lru_cache(maxsize=None)
 def request_class(api_key: int, version: int) -> type:
-    return load_request_schema(api_key, version)
+    extra = EXTRA_SCHEMAS.get((api_key, version))
+    return extra[0] if extra else load_request_schema(api_key, version)
 
 
 @lru_cache(maxsize=None)
 def response_class(api_key: int, version: int) -> type:
-    return load_response_schema(api_key, version)
+    extra = EXTRA_SCHEMAS.get((api_key, version))
+    return extra[1] if extra else load_response_schema(api_key, version)
 
 
 @lru_cache(maxsize=None)
@@ -241,11 +268,38 @@ def decode_request(frame: bytes | memoryview, header: RequestHeader, body_pos: i
     cls = request_class(header.api_key, header.api_version)
     if cls.__flexible__:
         body_pos = _skip_tagged_fields(frame, body_pos)
+    guard_array_lengths(frame, body_pos, cls)
     try:
         entity, _size = _reader(cls)(frame, body_pos)
     except Exception as err:  # kio raises assorted errors on garbage
         raise ProtocolError(f"cannot decode {cls.__name__} v{header.api_version}: {err}") from err
+    _check_nulls(entity, cls)
     return entity
+
+
+@lru_cache(maxsize=None)
+def _null_plan(cls: type) -> tuple[tuple[str, ...], tuple[tuple[str, type, bool], ...]]:
+    """(non-nullable field names, (name, nested class, is array) of nested entities) of ``cls``."""
+    plans = _plan(cls)
+    required = tuple(p.name for p in plans if not p.optional and (
+        p.kind != "prim" or p.kafka_type in ("string", "bytes", "records")))  # what kio can read as null
+    nested = tuple((p.name, p.nested, p.kind == "entities") for p in plans
+                   if p.kind in ("entity", "entities") and any(_null_plan(p.nested)))  # type: ignore[arg-type]
+    return required, nested  # type: ignore[return-value]
+
+
+def _check_nulls(entity: Any, cls: type) -> None:
+    """kio reads a null (-1 length) even where the schema forbids it; Kafka refuses such a request."""
+    required, nested = _null_plan(cls)
+    for name in required:
+        if getattr(entity, name) is None:
+            raise ProtocolError(f"non-nullable field {name} of {cls.__name__} was serialized as null")
+    for name, sub, many in nested:
+        value = getattr(entity, name)
+        if value is None:
+            continue
+        for item in (value if many else (value,)):
+            _check_nulls(item, sub)
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
@@ -264,3 +318,141 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     struct.pack_into(">i", buf, 0, len(buf) - 4)
     del buf
     return out.getvalue()
+
+
+# --- array lengths are checked before kio sees them --------------------------------------------
+# kio's native reader reserves memory for an array's declared length before reading it, so one
+# frame claiming 2^31 elements aborts the whole process (a Rust allocation failure cannot be
+# caught). Walking the frame first and refusing an array longer than the bytes left (every
+# element takes at least one byte) keeps a hostile frame to a closed connection.
+
+_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
+          "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
+
+
+class _Stop(Exception):
+    """The frame ends early or uses a layout the guard does not model: kio decides."""
+
+
+def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 35:
+            raise _Stop
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _signed(buf: bytes | memoryview, pos: int, fmt: struct.Struct) -> tuple[int, int]:
+    if pos + fmt.size > len(buf):
+        raise _Stop
+    return fmt.unpack_from(buf, pos)[0], pos + fmt.size
+
+
+def _length(buf: bytes | memoryview, pos: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
+    """Element/byte count of an array, string or bytes field; -1 for null."""
+    if flexible:
+        n, pos = _uvarint(buf, pos)
+        return n - 1, pos
+    return _signed(buf, pos, legacy)
+
+
+def _skip_prim(buf: bytes | memoryview, pos: int, kafka_type: str | None, flexible: bool) -> int:
+    size = _FIXED.get(kafka_type or "")
+    if size is not None:
+        return pos + size
+    if kafka_type == "string":
+        n, pos = _length(buf, pos, flexible, _I16)
+    elif kafka_type in ("bytes", "records"):
+        n, pos = _length(buf, pos, flexible, _I32)
+    else:
+        raise _Stop
+    return pos + max(n, 0)
+
+
+def _walk_field(buf: bytes | memoryview, pos: int, p: _FieldPlan, flexible: bool, owner: type) -> int:
+    if p.kind == "prim":
+        return _skip_prim(buf, pos, p.kafka_type, flexible)
+    if p.kind == "entity":
+        if p.optional and not p.tagged:
+            raise _Stop  # a nullable struct has a presence byte; none is in a request kcli serves
+        return _walk(buf, pos, p.nested)  # type: ignore[arg-type]
+    n, pos = _length(buf, pos, flexible, _I32)
+    if n > len(buf) - pos:
+        raise ProtocolError(f"array {p.name} of {owner.__name__} claims {n} elements "
+                            f"but only {len(buf) - pos} bytes follow")
+    size = _FIXED.get(p.kafka_type or "") if p.kind == "prims" else _fixed_size(p.nested)  # type: ignore[arg-type]
+    if size is not None and (p.kind == "prims" or not flexible):
+        return pos + max(n, 0) * size
+    if size is not None:  # flexible fixed-width entities: each is followed by its tag section
+        for _ in range(n):
+            pos += size
+            if pos < len(buf) and buf[pos] == 0:
+                pos += 1
+            else:
+                pos = _walk_tags(buf, pos, p.nested)  # type: ignore[arg-type]
+        return pos
+    for _ in range(max(n, 0)):
+        pos = (_skip_prim(buf, pos, p.kafka_type, flexible) if p.kind == "prims"
+               else _walk(buf, pos, p.nested))  # type: ignore[arg-type]
+        if pos > len(buf):
+            raise _Stop
+    return pos
+
+
+@lru_cache(maxsize=None)
+def _tagged_structures(cls: type) -> dict[int, _FieldPlan]:
+    """Tag number → plan of the tagged fields that can hold arrays (structs and arrays)."""
+    tags = {f.name: f.metadata["tag"] for f in dataclasses.fields(cls) if "tag" in f.metadata}
+    return {tags[p.name]: p for p in _plan(cls) if p.tagged and p.kind != "prim" and p.name in tags}
+
+
+@lru_cache(maxsize=None)
+def _fixed_size(cls: type) -> int | None:
+    """Bytes of the untagged fields when all are fixed-width (most partition-level entities)."""
+    sizes = [_FIXED.get(p.kafka_type or "") if p.kind == "prim" else None for p in _plan(cls) if not p.tagged]
+    return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+
+
+def _walk(buf: bytes | memoryview, pos: int, cls: type) -> int:
+    flexible = bool(cls.__flexible__)
+    fixed = _fixed_size(cls)
+    if fixed is not None:
+        pos += fixed
+    else:
+        for p in _plan(cls):
+            if not p.tagged:
+                pos = _walk_field(buf, pos, p, flexible, cls)
+    if flexible:
+        if pos < len(buf) and buf[pos] == 0:  # the usual empty tag section
+            return pos + 1
+        return _walk_tags(buf, pos, cls)
+    return pos
+
+
+def _walk_tags(buf: bytes | memoryview, pos: int, cls: type) -> int:
+    structures = _tagged_structures(cls)
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        if tag in structures:  # a tagged struct or array could hide a huge length too
+            try:
+                _walk_field(bytes(buf[pos:pos + size]), 0, structures[tag], True, cls)
+            except _Stop:
+                pass
+        pos += size
+    return pos
+
+
+def guard_array_lengths(frame: bytes | memoryview, body_pos: int, cls: type) -> None:
+    """Raise ProtocolError if an array in the request body claims more elements than bytes remain."""
+    try:
+        _walk(frame, body_pos, cls)
+    except _Stop:
+        pass
+

@@ -22,7 +22,8 @@ KAFKA_STORAGE_ERROR = 56
 
 def _partition_error(index: int, code: int) -> dict[str, Any]:
     return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": None}
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": b""}  # empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1")
 
 
 async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int]:

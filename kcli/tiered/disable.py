@@ -1,0 +1,220 @@
+"""KIP-950: turning tiered storage off (and on again) per topic, as a durable state machine.
+
+States live in the cluster metadata (TopicTieredStateRecord: tieredEpoch, tieredState)::
+
+    NONE --enable--> ENABLED(e) --disable--> DISABLING(e+1) --remote work done--> DISABLED(e+1)
+                                                                               --enable--> ENABLED(e+2)
+
+The controller's part (here: the broker's alter path) writes the ConfigRecords and the
+DISABLING record in one fsynced append, so a crash never leaves one without the other. The
+broker's part is :class:`Disabler`: stop copying (Kafka's stopPartitions), and with policy
+``delete`` move the log start offset to the local log start and delete the remote segments;
+with ``retain`` the remote segments stay readable and expire by retention.ms/bytes. Then it
+writes DISABLED. A topic found DISABLING at start-up (the broker died mid-way) is disabled
+again from the top: every step is idempotent.
+
+Two vocabularies reach the same machine: KIP-950's ``remote.log.disable.policy=retain|delete``
+and Apache Kafka 3.9's ``remote.log.delete.on.disable`` / ``remote.log.copy.disable``, validated
+with Kafka's own messages (see :func:`validate_change`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kcli.broker.configs import TOPIC_CONFIGS, format_value
+from kcli.broker.metadata_log import record
+from kcli.protocol.errors import TIERED_STORAGE_DISABLEMENT_IN_PROGRESS, BrokerError
+
+if TYPE_CHECKING:
+    from kcli.broker.metadata_log import TopicState
+    from kcli.tiered.manager import RemoteLogManager
+
+log = logging.getLogger("kcli.tiered")
+
+NONE = "NONE"
+ENABLED = "ENABLED"
+DISABLING = "DISABLING"
+DISABLED = "DISABLED"
+
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+DISABLE_POLICY = "remote.log.disable.policy"
+DELETE_ON_DISABLE = "remote.log.delete.on.disable"
+COPY_DISABLE = "remote.log.copy.disable"
+TIERING_KEYS = (REMOTE_STORAGE_ENABLE, DISABLE_POLICY, DELETE_ON_DISABLE, COPY_DISABLE)
+POLICIES = ("retain", "delete")
+
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+
+# Test hook (broker config): hold a disablement in DISABLING this long before its remote work,
+# so tests can observe DISABLING and kill the broker mid-way.
+DISABLE_DELAY_CONFIG = "kcli.fault.remote.log.disable.delay.ms"
+
+KAFKA_TURN_OFF_MESSAGE = (
+    "It is invalid to disable remote storage without deleting remote data. "
+    "If you want to keep the remote data and turn to read only, please set "
+    "`remote.storage.enable=true,remote.log.copy.disable=true`. "
+    "If you want to disable remote storage and delete all remote data, please set "
+    "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+)
+
+
+def is_true(value: str | None) -> bool:
+    return str(value or "").strip().lower() == "true"
+
+
+def disable_policy(configs: dict[str, str]) -> str:
+    """The policy a disablement follows: an explicit KIP-950 policy wins; else Kafka 3.9's
+    ``remote.log.delete.on.disable=true`` means delete; else KIP-950's default, retain."""
+    policy = configs.get(DISABLE_POLICY)
+    if policy in POLICIES:
+        return policy
+    return "delete" if is_true(configs.get(DELETE_ON_DISABLE)) else "retain"
+
+
+def is_disable(old: dict[str, str], new: dict[str, str]) -> bool:
+    return is_true(old.get(REMOTE_STORAGE_ENABLE)) and not is_true(new.get(REMOTE_STORAGE_ENABLE))
+
+
+def is_enable(old: dict[str, str], new: dict[str, str]) -> bool:
+    return not is_true(old.get(REMOTE_STORAGE_ENABLE)) and is_true(new.get(REMOTE_STORAGE_ENABLE))
+
+
+def check_request(topic: "TopicState", changes: dict[str, str | None]) -> None:
+    """Refuse tiering changes while a disablement runs (KIP-950), and an unknown policy with
+    INVALID_REQUEST naming the choices. ``changes`` is the request as sent (None = delete)."""
+    if DISABLE_POLICY in changes and changes[DISABLE_POLICY] is not None:
+        value = str(changes[DISABLE_POLICY]).strip()
+        if value not in POLICIES:
+            raise BrokerError(INVALID_REQUEST, f"Invalid value {value} for configuration {DISABLE_POLICY}: "
+                                               f"String must be one of: {', '.join(POLICIES)}")
+    touched = [k for k in TIERING_KEYS if k in changes]
+    if touched and topic.tiered_state == DISABLING:
+        raise BrokerError(TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+                          f"Tiered storage disablement of topic {topic.name} is in progress (tiered epoch "
+                          f"{topic.tiered_epoch}); retry once its tiered state is {DISABLED}")
+
+
+_RETENTION_PAIRS = (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms"))
+
+
+def _effective(defaults: dict[str, Any], configs: dict[str, str], name: str) -> str:
+    if name in configs:
+        return configs[name]
+    return format_value(TOPIC_CONFIGS[name], defaults[name]) or ""
+
+
+def validate_change(defaults: dict[str, Any], old: dict[str, str], new: dict[str, str]) -> None:
+    """Kafka 3.9's LogConfig rules for a topic's new configs (messages verbatim), plus the one
+    conflict the two vocabularies allow. ``defaults`` are the broker's topic config defaults."""
+    eff = lambda name: _effective(defaults, new, name)  # noqa: E731
+    if is_true(new.get(REMOTE_STORAGE_ENABLE)):
+        policy = eff("cleanup.policy")
+        if policy and policy != "delete":
+            raise BrokerError(INVALID_CONFIG, "Remote log storage only supports topics with cleanup.policy=delete "
+                                              "or cleanup.policy being an empty list.")
+        for total_name, local_name in _RETENTION_PAIRS:
+            total, local = int(eff(total_name)), int(eff(local_name))
+            if total > -1 and local != -2:
+                if local == -1:
+                    raise BrokerError(INVALID_CONFIG, f"Invalid value -1 for configuration {local_name}: "
+                                                      f"Value must not be -1 as {total_name} value is set as {total}.")
+                if local > total:
+                    raise BrokerError(INVALID_CONFIG, f"Invalid value {local} for configuration {local_name}: "
+                                                      f"Value must not be more than {total_name} property value: {total}")
+        if is_true(new.get(COPY_DISABLE)):
+            for total_name, local_name in _RETENTION_PAIRS:
+                local = int(eff(local_name))
+                if local != -2 and local != int(eff(total_name)):
+                    raise BrokerError(INVALID_CONFIG,
+                                      f"When `remote.log.copy.disable` is set to true, the `{local_name}` and "
+                                      f"`{total_name}` must be set to the identical value because there will be no "
+                                      "more logs copied to the remote storage.")
+    elif is_disable(old, new):
+        explicit_policy = new.get(DISABLE_POLICY)
+        if explicit_policy is None and DELETE_ON_DISABLE in new and not is_true(new[DELETE_ON_DISABLE]):
+            # Spoken in Kafka 3.9's terms (delete.on.disable=false, no KIP-950 policy): Kafka's rule.
+            raise BrokerError(INVALID_CONFIG, KAFKA_TURN_OFF_MESSAGE)
+        if explicit_policy == "retain" and is_true(new.get(DELETE_ON_DISABLE)):
+            raise BrokerError(INVALID_CONFIG, f"{DISABLE_POLICY}=retain contradicts {DELETE_ON_DISABLE}=true; "
+                                              f"set one of them")
+
+
+def transition_records(topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> list[dict[str, Any]]:
+    """TopicTieredStateRecord(s) to write atomically with the ConfigRecords of a change."""
+    if is_disable(old, new):
+        return [_state_record(topic.topic_id, topic.tiered_epoch + 1, DISABLING)]
+    if is_enable(old, new):
+        first = topic.tiered_state == NONE and topic.tiered_epoch == 0
+        return [_state_record(topic.topic_id, 0 if first else topic.tiered_epoch + 1, ENABLED)]
+    return []
+
+
+def _state_record(topic_id: uuid.UUID, epoch: int, state: str) -> dict[str, Any]:
+    return record("TopicTieredStateRecord", topicId=topic_id, tieredEpoch=epoch, tieredState=state)
+
+
+class Disabler:
+    """Runs each DISABLING topic to DISABLED (one task per topic, retried until it succeeds)."""
+
+    def __init__(self, manager: "RemoteLogManager") -> None:
+        self.manager = manager
+        self.broker = manager.broker
+        self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+
+    def start(self, topic: "TopicState") -> None:
+        task = self._tasks.get(topic.topic_id)
+        if task is not None and not task.done():
+            return
+        self._tasks[topic.topic_id] = asyncio.get_running_loop().create_task(
+            self._run(topic.topic_id), name=f"tiered-disable-{topic.name}")
+
+    def forget(self, topic_id: uuid.UUID) -> None:
+        task = self._tasks.pop(topic_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def _delay_s(self) -> float:
+        raw = self.broker.config.plugin.get(DISABLE_DELAY_CONFIG, "0")
+        try:
+            return max(0, int(raw)) / 1000
+        except ValueError:
+            log.warning("ignoring %s=%r (not an integer)", DISABLE_DELAY_CONFIG, raw)
+            return 0.0
+
+    async def _run(self, topic_id: uuid.UUID) -> None:
+        delay = self._delay_s()
+        if delay:
+            await asyncio.sleep(delay)
+        retry_s = self.broker.config.get_int("remote.log.manager.task.interval.ms") / 1000
+        while not self.broker.stopping:
+            t = self.broker.topic_by_id(topic_id)
+            if t is None or t.tiered_state != DISABLING:
+                return
+            epoch = t.tiered_epoch
+            policy = disable_policy(t.configs)
+            try:
+                await self.manager.stop_partitions(t, delete_remote=policy == "delete")
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # remote store down: stay DISABLING and retry, as KIP-950's controller does
+                log.warning("disabling tiered storage of %s failed, retrying: %s", t.name, err)
+                await asyncio.sleep(retry_s)
+                continue
+            t = self.broker.topic_by_id(topic_id)
+            if t is None or t.tiered_state != DISABLING or t.tiered_epoch != epoch:
+                return
+            self.broker.metadata.append([_state_record(topic_id, epoch, DISABLED)])
+            log.info("tiered storage of %s disabled (policy %s, tiered epoch %d)", t.name, policy, epoch)
+            return

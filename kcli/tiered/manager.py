@@ -1,0 +1,582 @@
+"""The RemoteLogManager (KIP-405): copy rolled segments to a remote tier, serve old offsets from
+it, and apply local and total retention to tiered topics.
+
+Attached as ``broker.tiered`` when the broker config ``remote.log.storage.system.enable=true``.
+Two loops run per broker:
+
+* every ``remote.log.manager.task.interval.ms``: for each partition of a topic that copies
+  (remote.storage.enable=true, tiered state ENABLED, remote.log.copy.disable=false), each rolled
+  segment past the highest tiered offset is copied with its offset and time index. Its
+  RemoteLogSegmentMetadata goes COPY_SEGMENT_STARTED → (bytes uploaded) → COPY_SEGMENT_FINISHED,
+  each step fsynced in :mod:`kcli.tiered.metadata` before the next.
+* every ``log.retention.check.interval.ms``: local retention (local.retention.ms/bytes, -2 =
+  retention.*) deletes only segments already copied; total retention (retention.ms/bytes over
+  remote + local) expires remote segments (DELETE_SEGMENT_STARTED → delete → FINISHED) and moves
+  the log start offset. A topic that no longer copies (disabled with ``retain``, or
+  remote.log.copy.disable) keeps classic retention for its local segments while its remote
+  segments expire by the same total retention.
+
+Fetches below the local log start offset are answered from remote segments (whole batches, at
+most one segment per fetch, via the segment's offset index); ListOffsets EARLIEST_LOCAL (-4) and
+LATEST_TIERED (-5) come from the local log start and the highest tiered offset. KIP-950
+disablement is in :mod:`kcli.tiered.disable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from array import array
+from bisect import bisect_right
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Iterable
+
+from kcli.broker.extension import BrokerExtension
+from kcli.records.batch import HEADER_SIZE, InvalidBatchError, read_header
+from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError, OffsetOutOfRange
+from kcli.storage.index import OffsetIndex, TimeIndex
+from kcli.storage.log import ReadResult
+from kcli.storage.segment import iter_record_timestamps
+from kcli.tiered import disable as kip950
+from kcli.tiered.metadata import RemoteLogMetadataStore
+from plugins.rsm.base import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageManager,
+)
+
+if TYPE_CHECKING:
+    from kcli.broker.broker import Broker
+    from kcli.broker.metadata_log import TopicState
+    from kcli.storage.log import PartitionLog
+    from kcli.storage.segment import SegmentInfo
+
+log = logging.getLogger("kcli.tiered")
+
+S = RemoteLogSegmentState
+LIVE = (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)
+RSM_CONFIG_PREFIX = "remote.log.storage.manager.impl."
+_READ_CHUNK = 64 * 1024
+_INDEX_CACHE_ENTRIES = 1024
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def leader_epoch_checkpoint(epoch: int, start_offset: int) -> bytes:
+    """Kafka's leader-epoch-checkpoint file for a segment: version 0, one entry."""
+    return f"0\n1\n{epoch} {start_offset}\n".encode()
+
+
+class RemoteLogManager(BrokerExtension):
+    """Tiered storage for one broker: copy, remote reads, retention, KIP-950 disablement."""
+
+    def __init__(self, broker: "Broker") -> None:
+        super().__init__(broker)
+        self.metadata = RemoteLogMetadataStore(broker.data_dir)
+        self.rsm: RemoteStorageManager | None = None
+        self.disabler = kip950.Disabler(self)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._locks: dict[tuple[uuid.UUID, int], asyncio.Lock] = {}
+        self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], tuple[array, array]] = OrderedDict()
+        self._index_lock = threading.Lock()  # remote reads run in worker threads
+        self._copy_wakeup = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.metadata.open()
+        self.rsm = self._build_rsm()
+        for t in list(self.broker.state.topics.values()):
+            if t.tiered_state == kip950.DISABLING:
+                self.disabler.start(t)  # the broker died mid-disablement: finish it
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._copy_loop(), name="rlm-copy"))
+        self._tasks.append(loop.create_task(self._retention_loop(), name="rlm-retention"))
+
+    def _build_rsm(self) -> RemoteStorageManager:
+        from plugins.loader import load_class
+        from plugins.rsm.object_store import ObjectStoreRemoteStorageManager
+
+        name = self.broker.config.get_str("remote.log.storage.manager.class.name")
+        cls = load_class(name, RemoteStorageManager)
+        rsm = cls()
+        rsm.configure(self.broker.config.prefixed(RSM_CONFIG_PREFIX))
+        if isinstance(rsm, ObjectStoreRemoteStorageManager) and not rsm.configured:
+            from kcli.tiered.store import object_store_for
+
+            rsm.use_store(object_store_for(self.broker), owned=True)  # our own client of the shared store
+        return rsm
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.disabler.close()
+        if self.rsm is not None:
+            self.rsm.close()
+        self.metadata.close()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _lock(self, topic_id: uuid.UUID, partition: int) -> asyncio.Lock:
+        return self._locks.setdefault((topic_id, partition), asyncio.Lock())
+
+    async def _rsm_call(self, fn: Any, *args: Any) -> Any:
+        """Run a blocking RSM call in a worker thread (object stores do network or disk I/O)."""
+        return await asyncio.to_thread(fn, *args)
+
+    # ---- what the broker asks ----------------------------------------------------------------
+    def copy_enabled(self, t: "TopicState") -> bool:
+        """KIP-405 copying is on: remote.storage.enable, not disabled (KIP-950 or Kafka 3.9)."""
+        return (self.broker.is_tiered(t) and t.tiered_state in (kip950.ENABLED, kip950.NONE)
+                and not kip950.is_true(t.configs.get(kip950.COPY_DISABLE)))
+
+    def manages(self, t: "TopicState") -> bool:
+        """Retention of this topic is ours (the broker's classic loop skips it)."""
+        return (self.broker.is_tiered(t) or t.tiered_state == kip950.DISABLING
+                or bool(self.metadata.partitions(t.topic_id)))
+
+    def has_remote(self, t: "TopicState", partition: int) -> bool:
+        return bool(self.metadata.segments(t.topic_id, partition))
+
+    def latest_tiered_offset(self, t: "TopicState", partition: int) -> int:
+        return self.metadata.highest_offset(t.topic_id, partition)
+
+    def remote_size(self, t: "TopicState") -> tuple[int, int]:
+        """(segments, bytes) of the topic's finished remote segments."""
+        segs = self.metadata.all_segments(t.topic_id, (S.COPY_SEGMENT_FINISHED,))
+        return len(segs), sum(s.segment_size_in_bytes for s in segs)
+
+    def topic_state(self, topic: "TopicState") -> dict[str, str]:
+        segments, size = self.remote_size(topic)
+        if topic.tiered_state == kip950.NONE and not segments:
+            return {}
+        return {"kcli.tiered.state": topic.tiered_state, "kcli.tiered.epoch": str(topic.tiered_epoch),
+                "kcli.tiered.remote.segments": str(segments), "kcli.tiered.remote.bytes": str(size)}
+
+    # ---- config hooks (KIP-950) --------------------------------------------------------------
+    def validate_config_request(self, topic: "TopicState", changes: dict[str, str | None]) -> None:
+        kip950.check_request(topic, changes)
+
+    def validate_config_change(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
+        kip950.validate_change(self.broker.default_topic_configs(), old, new)
+
+    def config_change_records(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> list[dict[str, Any]]:
+        return kip950.transition_records(topic, old, new)
+
+    def config_changed(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
+        t = self.broker.topic(topic.name) or topic
+        if t.tiered_state == kip950.DISABLING and kip950.is_disable(old, new):
+            self.disabler.start(t)
+        elif self.copy_enabled(t):
+            self._copy_wakeup.set()
+
+    def topic_deleted(self, topic: "TopicState") -> None:
+        """Remote data of a deleted topic goes too (marked now, deleted in the background)."""
+        self.disabler.forget(topic.topic_id)
+        segs = self.metadata.all_segments(topic.topic_id, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+        if segs:
+            self.metadata.update_state(segs, S.DELETE_SEGMENT_STARTED)
+        self._spawn(self._finish_deletes(topic.topic_id), f"rlm-delete-{topic.name}")
+
+    # ---- copy ----------------------------------------------------------------------------------
+    async def _copy_loop(self) -> None:
+        interval = self.broker.config.get_int("remote.log.manager.task.interval.ms") / 1000
+        await self._recover()
+        while not self.broker.stopping:
+            try:
+                await self.copy_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # pragma: no cover - keep the loop alive
+                log.exception("remote log copy round failed")
+            self._copy_wakeup.clear()
+            try:
+                await asyncio.wait_for(self._copy_wakeup.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _recover(self) -> None:
+        """Segments a crash left mid-copy or mid-delete, and those of topics that no longer
+        exist, are deleted (a half-copied segment is never trusted; it is copied again)."""
+        known = {t.topic_id for t in self.broker.state.topics.values()}
+        doomed = [s for s in self.metadata.all_segments(states=(S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+                  if s.state is S.COPY_SEGMENT_STARTED or s.segment_id.topic_id not in known]
+        if doomed:
+            self.metadata.update_state(doomed, S.DELETE_SEGMENT_STARTED)
+        for topic_id in {s.segment_id.topic_id for s in self.metadata.all_segments(states=(S.DELETE_SEGMENT_STARTED,))}:
+            try:
+                await self._finish_deletes(topic_id)
+            except RemoteStorageException as err:
+                log.warning("cleaning up remote segments failed, will retry: %s", err)
+
+    async def copy_once(self) -> int:
+        """One RLM copy round over every copying partition; returns segments copied."""
+        copied = 0
+        for t in list(self.broker.state.topics.values()):
+            if not self.copy_enabled(t):
+                continue
+            for p in sorted(t.partitions):
+                lg = self.broker.get_log(t.name, p)
+                if lg is None:
+                    continue
+                async with self._lock(t.topic_id, p):
+                    copied += await self._copy_partition(t, p, lg)
+        return copied
+
+    async def _copy_partition(self, t: "TopicState", partition: int, lg: "PartitionLog") -> int:
+        copied = 0
+        tiered_upto = self.latest_tiered_offset(t, partition)
+        for seg in lg.segments():
+            if seg.is_active:
+                break  # Kafka copies up to the last stable offset: every rolled segment here
+            current = self.broker.topic_by_id(t.topic_id)
+            if current is None or not self.copy_enabled(current):
+                break  # disabled meanwhile (stopPartitions)
+            if seg.next_offset - 1 <= tiered_upto or seg.size == 0 or seg.next_offset <= lg.log_start_offset:
+                continue
+            if not await self._copy_segment(current, partition, seg):
+                break  # keep segments in order: retry this one next round
+            copied += 1
+            tiered_upto = seg.next_offset - 1
+        return copied
+
+    async def _copy_segment(self, t: "TopicState", partition: int, seg: "SegmentInfo") -> bool:
+        assert self.rsm is not None
+        pstate = t.partitions.get(partition)
+        leader_epoch = pstate.leader_epoch if pstate is not None else 0
+        md = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate(t.topic_id, t.name, partition), seg.base_offset, seg.next_offset - 1,
+            seg.max_timestamp, self.broker.node_id, _now_ms(), seg.size, S.COPY_SEGMENT_STARTED,
+            t.tiered_epoch, {leader_epoch: seg.base_offset})
+        data = LogSegmentData(seg.log_path, seg.index_path, seg.timeindex_path,
+                              leader_epoch_checkpoint(leader_epoch, seg.base_offset))
+        self.metadata.add_copy_started(md)
+        try:
+            await self._rsm_call(self.rsm.copy_log_segment_data, md, data)
+        except Exception as err:  # noqa: BLE001 - any plugin failure: undo and retry next round
+            log.warning("copying segment %d of %s-%d failed: %s", seg.base_offset, t.name, partition, err)
+            await self._delete_remote([md])
+            return False
+        current = self.metadata.get(md.segment_id.id)
+        if current is None or current.state is not S.COPY_SEGMENT_STARTED:
+            return False  # the topic was deleted meanwhile: its deletion removes these objects
+        self.metadata.update_state([md], S.COPY_SEGMENT_FINISHED)
+        self.broker.metrics.inc("tiered.segments.copied")
+        self.broker.metrics.inc("tiered.bytes.copied", md.segment_size_in_bytes)
+        log.info("copied segment %d-%d of %s-%d to remote storage (tiered epoch %d)",
+                 md.start_offset, md.end_offset, t.name, partition, md.tiered_epoch)
+        return True
+
+    # ---- remote deletion -------------------------------------------------------------------------
+    async def _delete_remote(self, segs: Iterable[RemoteLogSegmentMetadata]) -> None:
+        """DELETE_SEGMENT_STARTED (fsynced) → delete objects → DELETE_SEGMENT_FINISHED."""
+        assert self.rsm is not None
+        current = (self.metadata.get(s.segment_id.id) for s in segs)
+        segs = [s for s in current if s is not None]  # the store's view: states may have moved on
+        starting = [s for s in segs if s.state is not S.DELETE_SEGMENT_STARTED]
+        if starting:
+            self.metadata.update_state(starting, S.DELETE_SEGMENT_STARTED)
+        for s in segs:
+            await self._rsm_call(self.rsm.delete_log_segment_data, s)
+            with self._index_lock:
+                self._index_cache.pop((s.segment_id.id, IndexType.OFFSET), None)
+                self._index_cache.pop((s.segment_id.id, IndexType.TIMESTAMP), None)
+            self.metadata.update_state([s], S.DELETE_SEGMENT_FINISHED)
+            self.broker.metrics.inc("tiered.segments.deleted")
+
+    async def _finish_deletes(self, topic_id: uuid.UUID) -> None:
+        for p in self.metadata.partitions(topic_id):
+            async with self._lock(topic_id, p):
+                # under the lock: a copy that was running has now ended (and was marked too)
+                segs = self.metadata.segments(topic_id, p, (S.DELETE_SEGMENT_STARTED,))
+                if segs:
+                    await self._delete_remote(segs)
+
+    async def stop_partitions(self, t: "TopicState", *, delete_remote: bool) -> None:
+        """KIP-950's RemoteLogManager#stopPartitions for every partition of ``t``: copying has
+        stopped (the topic no longer copies, and the lock waits out a running copy); with
+        ``delete_remote`` the log start offset moves to the local log start and every remote
+        segment is deleted."""
+        partitions = sorted(set(t.partitions) | set(self.metadata.partitions(t.topic_id)))
+        for p in partitions:
+            async with self._lock(t.topic_id, p):
+                if not delete_remote:
+                    continue
+                lg = self.broker.get_log(t.name, p)
+                if lg is not None and lg.log_start_offset < lg.local_log_start_offset:
+                    lg.set_log_start_offset(lg.local_log_start_offset)
+                segs = self.metadata.segments(t.topic_id, p, LIVE)
+                if segs:
+                    await self._delete_remote(segs)
+                    log.info("deleted %d remote segments of %s-%d (tiering disabled, policy delete)",
+                             len(segs), t.name, p)
+
+    async def log_start_moved(self, t: "TopicState", partition: int, new_start: int) -> None:
+        """DeleteRecords moved the log start: remote segments wholly below it go at the next
+        retention round (as Kafka's RLM expiration task does)."""
+
+    # ---- retention ---------------------------------------------------------------------------------
+    async def _retention_loop(self) -> None:
+        interval = self.broker.config.get_int("log.retention.check.interval.ms") / 1000
+        while not self.broker.stopping:
+            await asyncio.sleep(interval)
+            try:
+                await self.retention_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # pragma: no cover - keep the loop alive
+                log.exception("tiered retention round failed")
+
+    async def retention_once(self, now_ms: int | None = None) -> None:
+        now = _now_ms() if now_ms is None else now_ms
+        for t in list(self.broker.state.topics.values()):
+            if not self.manages(t):
+                continue
+            for p in sorted(t.partitions):
+                lg = self.broker.get_log(t.name, p)
+                if lg is None:
+                    continue
+                async with self._lock(t.topic_id, p):
+                    current = self.broker.topic_by_id(t.topic_id)
+                    if current is None:
+                        break
+                    try:
+                        if self.copy_enabled(current):
+                            self._local_retention(current, p, lg, now)
+                        else:
+                            lg.delete_retention(now)
+                        await self._remote_retention(current, p, lg, now)
+                    except RemoteStorageException as err:
+                        log.warning("remote retention of %s-%d failed, will retry: %s", t.name, p, err)
+
+    def _retention_limits(self, t: "TopicState", local: bool) -> tuple[int, int]:
+        """(ms, bytes); local ones fall back to the totals when -2 (Kafka's rule)."""
+        ms = int(self.broker.topic_config_value(t, "retention.ms"))
+        size = int(self.broker.topic_config_value(t, "retention.bytes"))
+        if local:
+            local_ms = int(self.broker.topic_config_value(t, "local.retention.ms"))
+            local_size = int(self.broker.topic_config_value(t, "local.retention.bytes"))
+            ms = ms if local_ms == -2 else local_ms
+            size = size if local_size == -2 else local_size
+        return ms, size
+
+    def _local_retention(self, t: "TopicState", partition: int, lg: "PartitionLog", now: int) -> int:
+        """Delete the oldest local segments that are copied and past local retention."""
+        ms, limit = self._retention_limits(t, local=True)
+        tiered_upto = self.latest_tiered_offset(t, partition)
+        segs = lg.segments()
+        size = sum(s.size for s in segs)
+        delete_below = None
+        for seg in segs[:-1]:
+            if seg.next_offset - 1 > tiered_upto:
+                break  # never delete what is not in the remote tier yet
+            by_size = limit >= 0 and size - seg.size >= limit
+            by_time = ms >= 0 and now - _segment_time(seg) > ms
+            if not (by_size or by_time):
+                break
+            size -= seg.size
+            delete_below = seg.next_offset
+        if delete_below is None:
+            return 0
+        return lg.delete_local_segments_below(delete_below)
+
+    async def _remote_retention(self, t: "TopicState", partition: int, lg: "PartitionLog", now: int) -> None:
+        """Expire remote segments by total retention (or below the log start), moving the log
+        start first so no fetch is sent to a segment about to go."""
+        segs = self.metadata.segments(t.topic_id, partition)
+        if not segs:
+            return
+        ms, limit = self._retention_limits(t, local=False)
+        log_start = lg.log_start_offset
+        tiered_upto = segs[-1].end_offset
+        only_local = sum(s.size for s in lg.segments() if s.base_offset > tiered_upto)
+        excess = (sum(s.segment_size_in_bytes for s in segs if s.end_offset >= log_start) + only_local - limit
+                  if limit >= 0 else 0)
+        doomed: list[RemoteLogSegmentMetadata] = []
+        for s in segs:
+            if s.end_offset < log_start:
+                doomed.append(s)
+                continue
+            by_size = limit >= 0 and excess - s.segment_size_in_bytes >= 0
+            by_time = ms >= 0 and s.max_timestamp_ms >= 0 and now - s.max_timestamp_ms > ms
+            if not (by_size or by_time):
+                break
+            excess -= s.segment_size_in_bytes
+            doomed.append(s)
+        if not doomed:
+            return
+        new_start = doomed[-1].end_offset + 1
+        if new_start > lg.log_start_offset:
+            lg.set_log_start_offset(min(new_start, lg.log_end_offset))
+        await self._delete_remote(doomed)
+        log.info("expired %d remote segments of %s-%d; log start offset %d",
+                 len(doomed), t.name, partition, lg.log_start_offset)
+
+    # ---- remote reads --------------------------------------------------------------------------------
+    async def read(self, t: "TopicState", partition: int, offset: int, max_bytes: int, *, min_one: bool) -> ReadResult:
+        """Whole batches from the remote segment holding ``offset`` (Kafka's RemoteLogReader)."""
+        lg = self.broker.get_log(t.name, partition)
+        if lg is None:
+            raise LogError(3, "This server does not host this topic-partition.")
+        if offset < lg.log_start_offset or offset > lg.log_end_offset:
+            raise _out_of_range(lg, offset)
+        md = self.metadata.segment_for_offset(t.topic_id, partition, offset)
+        if md is None or md.start_offset >= lg.local_log_start_offset:
+            raise _out_of_range(lg, offset)
+        try:
+            records, next_offset = await self._rsm_call(self._read_segment, md, max(offset, md.start_offset),
+                                                        max_bytes, min_one)
+        except RemoteStorageException as err:
+            if offset < lg.log_start_offset:  # expired while we read
+                raise _out_of_range(lg, offset) from None
+            raise LogError(KAFKA_STORAGE_ERROR, f"reading remote segment {md.start_offset} of "
+                                                f"{t.name}-{partition}: {err}") from None
+        self.broker.metrics.inc("tiered.remote.fetch.bytes", len(records))
+        return ReadResult(records, lg.high_watermark, lg.log_start_offset, lg.log_end_offset, next_offset)
+
+    def _index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> tuple[array, array]:
+        key = (md.segment_id.id, index_type)
+        with self._index_lock:
+            cached = self._index_cache.get(key)
+            if cached is not None:
+                self._index_cache.move_to_end(key)
+                return cached
+        assert self.rsm is not None
+        data = self.rsm.fetch_index(md, index_type)
+        parsed = OffsetIndex.parse(data) if index_type is IndexType.OFFSET else TimeIndex.parse(data)
+        with self._index_lock:
+            self._index_cache[key] = parsed
+            while len(self._index_cache) > _INDEX_CACHE_ENTRIES:
+                self._index_cache.popitem(last=False)
+        return parsed
+
+    def _position_for(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """Where a scan for ``offset`` starts (offset index lookup; 0 without entries)."""
+        try:
+            rel, pos = self._index(md, IndexType.OFFSET)
+        except (RemoteResourceNotFoundException, ValueError):
+            return 0
+        i = bisect_right(rel, offset - md.start_offset) - 1
+        return pos[i] if i >= 0 else 0
+
+    def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+                      min_one: bool) -> tuple[bytes, int]:
+        """(records, next offset) from ``md``; runs in a worker thread."""
+        assert self.rsm is not None
+        cursor = _RemoteCursor(self.rsm, md, self._position_for(md, offset), max_bytes + 2 * 4096)
+        first = None
+        for pos, h in cursor.batches():
+            if h.last_offset >= offset:
+                first = pos
+                break
+        if first is None:
+            return b"", offset
+        end, next_offset = first, offset
+        for pos, h in cursor.batches(first):
+            if pos + h.size - first > max_bytes and not (pos == first and min_one):
+                break
+            end, next_offset = pos + h.size, h.last_offset + 1
+        if end == first:
+            return b"", offset
+        return cursor.slice(first, end), next_offset
+
+    async def offset_for_timestamp(self, t: "TopicState", partition: int, timestamp: int) -> tuple[int, int] | None:
+        """First remote record with timestamp >= ``timestamp`` at or after the log start."""
+        lg = self.broker.get_log(t.name, partition)
+        if lg is None:
+            return None
+        start = lg.log_start_offset
+        for md in self.metadata.segments(t.topic_id, partition):
+            if md.end_offset < start or md.max_timestamp_ms < timestamp:
+                continue
+            if md.start_offset >= lg.local_log_start_offset:
+                return None  # the local log answers from here on
+            found = await self._rsm_call(self._find_timestamp, md, timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    def _find_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int, start: int) -> tuple[int, int] | None:
+        assert self.rsm is not None
+        try:
+            ts, rel = self._index(md, IndexType.TIMESTAMP)
+            i = bisect_right(ts, timestamp - 1) - 1  # last entry with ts < timestamp
+            indexed = md.start_offset + rel[i] if i >= 0 else md.start_offset
+        except (RemoteResourceNotFoundException, ValueError):
+            indexed = md.start_offset
+        cursor = _RemoteCursor(self.rsm, md, self._position_for(md, max(indexed, start)), _READ_CHUNK)
+        for pos, h in cursor.batches():
+            if h.max_timestamp >= timestamp and h.last_offset >= start:
+                for rec_offset, rec_ts in iter_record_timestamps(cursor.slice(pos, pos + h.size)):
+                    if rec_ts >= timestamp and rec_offset >= start:
+                        return rec_offset, rec_ts
+        return None
+
+
+class _RemoteCursor:
+    """Forward reads over one remote segment with few ranged GETs: one buffer that grows by
+    at least ``chunk`` bytes whenever a header or slice reaches past it."""
+
+    def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int, chunk: int) -> None:
+        self.rsm = rsm
+        self.md = md
+        self.size = md.segment_size_in_bytes
+        self.start = start
+        self.buf = b""
+        self.chunk = max(chunk, _READ_CHUNK)
+
+    def _ensure(self, end: int) -> None:
+        have = self.start + len(self.buf)
+        if end <= have:
+            return
+        want = min(self.size, max(end, have + self.chunk))
+        more = self.rsm.fetch_log_segment(self.md, have, want - 1)
+        self.buf = self.buf + more if self.buf else more  # usually one GET: no copy
+
+    def slice(self, begin: int, end: int) -> bytes:
+        self._ensure(end)
+        lo, hi = begin - self.start, end - self.start
+        if lo == 0 and hi == len(self.buf):
+            return self.buf
+        return bytes(memoryview(self.buf)[lo:hi])
+
+    def batches(self, position: int | None = None) -> Iterable[tuple[int, Any]]:
+        pos = self.start if position is None else position
+        while pos + HEADER_SIZE <= self.size:
+            self._ensure(pos + HEADER_SIZE)
+            try:
+                h = read_header(self.buf, pos - self.start)
+            except InvalidBatchError as err:
+                raise RemoteStorageException(f"remote segment {self.md.start_offset} position {pos}: {err}") from None
+            yield pos, h
+            pos += h.size
+
+
+def _segment_time(seg: "SegmentInfo") -> int:
+    """Newest timestamp of a local segment, or its file's mtime (Kafka's retention rule)."""
+    if seg.max_timestamp >= 0:
+        return seg.max_timestamp
+    try:
+        return int(os.stat(seg.log_path).st_mtime * 1000)
+    except OSError:
+        return _now_ms()
+
+
+def _out_of_range(lg: "PartitionLog", offset: int) -> OffsetOutOfRange:
+    return OffsetOutOfRange(offset, log_start_offset=lg.log_start_offset,
+                            local_log_start_offset=lg.local_log_start_offset, log_end_offset=lg.log_end_offset)
