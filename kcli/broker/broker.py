@@ -395,7 +395,7 @@ class Broker:
             raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
         diskless = out.get("diskless.enable") == "true" if creating else (topic is not None and self.is_diskless(topic))
         if creating and diskless:
-            if not self.config.get_bool("diskless.system.enable"):
+            if not self.config.get_bool("diskless.system.enable") or self.diskless is None:
                 raise BrokerError(INVALID_CONFIG, "diskless.enable=true needs diskless.system.enable=true on the broker")
             if out.get("remote.storage.enable") == "true":
                 raise BrokerError(INVALID_CONFIG, "a diskless topic cannot also set remote.storage.enable=true")
@@ -440,8 +440,6 @@ class Broker:
         self.metadata.append(recs)
         t = self.state.topics[name]
         if self.is_diskless(t):
-            if self.diskless is None:
-                raise BrokerError(INVALID_CONFIG, "diskless topics are not available on this broker")
             self.diskless.create_partitions(t, range(num_partitions))
         else:
             for p in range(num_partitions):

@@ -1,0 +1,80 @@
+"""The root Typer app: global options, sub-command registration, and the error boundary."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from kcli.cli.common import GlobalOptions, OutputFormat, fail
+from kcli.errors import KcliError, UsageError
+
+app = typer.Typer(
+    name="kcli",
+    help="Operator toolkit for Kafka tiered storage, partition reduction and diskless topics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module exposes register(app). Keep this list in the order of `kcli --help`.
+COMMAND_MODULES = [
+    "kcli.cli.context_cmd",
+    "kcli.cli.topics",
+    "kcli.cli.clients",
+    "kcli.cli.broker_cmd",
+    "kcli.cli.dumplog",
+    "kcli.cli.diskless_cmd",
+    "kcli.cli.runbook_cmd",
+    "kcli.cli.completion_cmd",
+]
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    bootstrap_server: str = typer.Option(None, "--bootstrap-server", "-b", help="HOST:PORT of a broker; overrides the context."),
+    context: str = typer.Option(None, "--context", help="Named context from the contexts file."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Explain what runs; show tracebacks."),
+) -> None:
+    ctx.obj = GlobalOptions(bootstrap_server=bootstrap_server, context=context, output=output, verbose=verbose)
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Console entry point: run the app, turning kcli errors into one line and an exit code."""
+    import typer.completion
+
+    typer.completion.completion_init()  # `_KCLI_COMPLETE=source_bash kcli` prints the script
+    verbose = "-v" in sys.argv or "--verbose" in sys.argv
+    try:
+        rc = app(prog_name="kcli", standalone_mode=False)
+    except KcliError as err:
+        fail(err, verbose)
+    except typer.Abort:
+        sys.stderr.write("kcli: aborted\n")
+        raise SystemExit(1)
+    except Exception as err:  # click usage errors and anything unexpected
+        # typer >= 0.16 vendors its own click (typer._click), so `import click` would not match
+        # its exceptions: recognise them by shape instead.
+        if type(err).__name__ == "NoArgsIsHelpError":  # `kcli topics`: show that group's help
+            sys.stdout.write(err.format_message() + "\n")
+            raise SystemExit(2)
+        if hasattr(err, "format_message") and getattr(err, "exit_code", None) == 2:  # UsageError
+            fail(UsageError(err.format_message().splitlines()[-1] if err.format_message() else str(err)), verbose)
+        if isinstance(err, typer.Exit) or type(err).__name__ == "Exit":
+            raise SystemExit(err.exit_code)
+        if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # other ClickException
+            fail(UsageError(err.format_message()), verbose)
+        if verbose:
+            raise
+        sys.stderr.write(f"kcli: error: unexpected {type(err).__name__}: {err}\n")
+        raise SystemExit(1)
+    # With standalone_mode=False click returns typer.Exit's code instead of exiting.
+    if isinstance(rc, int) and rc:
+        raise SystemExit(rc)

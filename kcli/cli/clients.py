@@ -1,0 +1,142 @@
+"""`kcli produce` and `kcli consume`: console producer/consumer over confluent-kafka."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any, List, Optional
+
+import typer
+
+from kcli.cli.common import OutputFormat, options, parse_key_values
+from kcli.cli.render import render, yaml_document
+from kcli.errors import UsageError
+from kcli.ops import clients as ops
+from kcli.ops.connection import connect
+
+_ESCAPES = {"\\t": "\t", "\\n": "\n", "\\r": "\r", "\\\\": "\\"}
+
+
+def _separator(value: str | None) -> bytes | None:
+    """Separator text with \\t, \\n, \\r, \\\\ understood, so `--key-separator '\\t'` works unquoted."""
+    if value is None:
+        return None
+    out, i = [], 0
+    while i < len(value):
+        pair = value[i:i + 2]
+        if pair in _ESCAPES:
+            out.append(_ESCAPES[pair])
+            i += 2
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out).encode()
+
+
+def produce(
+    ctx: typer.Context,
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic to write to."),
+    key_separator: Optional[str] = typer.Option(None, "--key-separator", help="Split each line into KEY SEP VALUE at the first SEP."),
+    acks: str = typer.Option("all", "--acks", help="0, 1 or all."),
+    partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Write every record to this partition."),
+    compression: str = typer.Option("none", "--compression", help="none, gzip, snappy, lz4 or zstd."),
+    property: List[str] = typer.Option([], "--property", help="Producer property KEY=VALUE for librdkafka (repeatable)."),
+) -> None:
+    """Write stdin to a topic, one record per line.
+
+    Example: printf 'k1:v1\\nk2:v2\\n' | kcli produce --topic orders --key-separator :
+    """
+    opts = options(ctx)
+    request = ops.ProduceRequest(topic=topic, key_separator=_separator(key_separator), acks=acks.lower(),
+                                 partition=partition, compression=compression.lower(),
+                                 properties=parse_key_values(property, "--property"))
+    with connect(opts) as conn:
+        result = ops.produce(conn, request, sys.stdin.buffer)
+    if opts.verbose:
+        sys.stderr.write(f"kcli: {result.records} records produced to {result.topic}\n")
+    if opts.output != OutputFormat.table:
+        render(result, opts.output)
+
+
+def _parse_offset(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("earliest", "latest"):
+        return v
+    try:
+        number = int(v)
+    except ValueError:
+        raise UsageError(f"--offset expects a number, 'earliest' or 'latest'; got {value!r}") from None
+    if number < 0:
+        raise UsageError(f"--offset must be >= 0, 'earliest' or 'latest'; got {value!r}")
+    return number
+
+
+def consume(
+    ctx: typer.Context,
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic to read."),
+    group: Optional[str] = typer.Option(None, "--group", "-g", help="Consumer group: subscribe and commit. Without it, read every partition and commit nothing."),
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the earliest offset (with --group: only when the group has no committed offset)."),
+    max_messages: Optional[int] = typer.Option(None, "--max-messages", min=1, help="Stop after this many records."),
+    timeout_ms: Optional[int] = typer.Option(None, "--timeout-ms", min=0, help="Stop after this long without a record."),
+    partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Read only this partition."),
+    offset: Optional[str] = typer.Option(None, "--offset", help="Start offset in --partition: a number, earliest or latest."),
+    print_key: bool = typer.Option(False, "--print-key", help="Print KEY SEP VALUE (table output)."),
+    key_separator: str = typer.Option("\\t", "--key-separator", help="Separator for --print-key (default: tab)."),
+    property: List[str] = typer.Option([], "--property", help="Consumer property KEY=VALUE for librdkafka (repeatable)."),
+) -> None:
+    """Print records from a topic: values one per line, or one JSON object per line with -o json.
+
+    Runs until Ctrl-C unless --max-messages or --timeout-ms is given.
+    Example: kcli consume --topic orders --from-beginning --max-messages 10 --print-key
+    """
+    opts = options(ctx)
+    request = ops.ConsumeRequest(topic=topic, group=group, from_beginning=from_beginning, max_messages=max_messages,
+                                 timeout_ms=timeout_ms, partition=partition, offset=_parse_offset(offset),
+                                 properties=parse_key_values(property, "--property"))
+    ops.validate_consume(request)
+    separator = _separator(key_separator) or b""
+    out = sys.stdout.buffer
+    stop = threading.Event()
+    broken_pipe = False
+
+    def write(record: ops.ConsumedRecord) -> None:
+        nonlocal broken_pipe
+        if opts.output == OutputFormat.json:  # to_dict is already plain data: skip render's walk
+            data = (json.dumps(record.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        elif opts.output == OutputFormat.yaml:
+            data = yaml_document(record).encode()
+        else:
+            value = b"null" if record.value is None else record.value
+            if print_key:
+                key = b"null" if record.key is None else record.key
+                value = key + separator + value
+            data = value + b"\n"
+        try:
+            out.write(data)
+            out.flush()
+        except BrokenPipeError:  # `kcli consume ... | head`: the reader left, stop quietly
+            broken_pipe = True
+            stop.set()
+
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with connect(opts) as conn:
+            result = ops.consume(conn, request, write, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if broken_pipe:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if opts.verbose:
+        sys.stderr.write(f"kcli: {result.records} records consumed (stopped by {result.stopped_by})\n")
+
+
+def register(app: Any) -> None:
+    app.command("produce")(produce)
+    app.command("consume")(consume)

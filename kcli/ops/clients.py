@@ -1,0 +1,344 @@
+"""Produce and consume with confluent-kafka, console-producer/consumer style.
+
+Both functions stream: ``produce`` takes an iterable of lines (stdin), ``consume`` hands each
+record to a callback as it arrives, so a CLI can print while runbooks collect. A delivery
+failure raises ``KafkaApiError`` with Kafka's error name; consume stops on max-messages, on
+idle timeout, or when ``stop`` is set (the CLI sets it on SIGINT) and always closes cleanly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+from kcli.errors import KafkaApiError, UsageError
+from kcli.ops.connection import Connection, consumer, kafka_error_name, producer, to_kcli_error
+from kcli.ops.partitions import PartitionMode, ReadWritePartitioner, partition_modes, writable_partition
+from kcli.ops.topics import validate_topic_name
+
+ACKS = ("0", "1", "all", "-1")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+_POLL_S = 0.2
+# --timeout-ms does not run while a consumer group is still forming, up to this long.
+GROUP_JOIN_GRACE_S = 45.0
+
+
+# --- produce -------------------------------------------------------------------------------
+
+
+@dataclass
+class ProduceRequest:
+    topic: str
+    key_separator: bytes | None = None  # split each line into key and value at the first SEP
+    acks: str = "all"
+    partition: int | None = None  # None: the partitioner picks
+    compression: str = "none"
+    properties: dict[str, str] = field(default_factory=dict)  # extra producer properties
+
+
+@dataclass
+class ProduceResult:
+    topic: str
+    records: int  # records acknowledged
+    partitions: dict[int, int] = field(default_factory=dict)  # partition -> records acknowledged
+
+
+def split_key(line: bytes, separator: bytes | None, line_no: int) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line; with a separator every line must contain it."""
+    if separator is None:
+        return None, line
+    key, sep, value = line.partition(separator)
+    if not sep:
+        raise UsageError(f"line {line_no}: no key separator {separator.decode(errors='replace')!r} found")
+    return key, value
+
+
+def _metadata_partitions(client: Any, topic: str, timeout_s: float) -> int | None:
+    """Partition count of ``topic``, None if the broker is creating it; raises if it is unknown."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            md = client.list_topics(topic=topic, timeout=1.0)
+        except KafkaException as err:
+            client.poll(0)
+            client.errors.check()
+            if time.monotonic() > deadline:
+                raise to_kcli_error(err, "metadata") from err
+            continue
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is None:
+            return len(meta.partitions) if meta is not None else None
+        code = meta.error.code()
+        if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{topic}' does not exist")
+        if code == KafkaError.LEADER_NOT_AVAILABLE:  # being auto-created: let the producer wait
+            return None
+        raise to_kcli_error(meta.error, f"topic '{topic}'")
+
+
+def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> ProduceResult:
+    """Send each line as one record, flush, and raise if any delivery failed."""
+    validate_topic_name(req.topic)
+    if req.acks not in ACKS:
+        raise UsageError(f"--acks must be one of 0, 1, all; got {req.acks!r}")
+    if req.compression not in COMPRESSIONS:
+        raise UsageError(f"--compression must be one of {', '.join(COMPRESSIONS)}; got {req.compression!r}")
+    if req.partition is not None and req.partition < 0:
+        raise UsageError(f"--partition must be >= 0, got {req.partition}")
+    if req.key_separator == b"":
+        raise UsageError("--key-separator must not be empty")
+    props: dict[str, Any] = {"acks": req.acks, "compression.type": req.compression, "linger.ms": 5}
+    props.update(req.properties)
+    client = producer(conn, **props)
+    count = _metadata_partitions(client, req.topic, conn.timeout_s)
+    # KIP-694: never write to a ReadOnly partition, whatever this client's metadata lists
+    modes = _partition_modes(conn, req.topic) if count is not None else {}
+    if req.partition is not None:
+        writable_partition(modes, req.topic, req.partition)
+    choose = ReadWritePartitioner(count, modes) if req.partition is None and modes and count else None
+    if req.partition is not None and count is not None and req.partition >= count:
+        raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION",
+                            f"topic '{req.topic}' has {count} partitions; partition {req.partition} does not exist")
+
+    result = ProduceResult(req.topic, 0)
+    failures: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+        else:
+            result.records += 1
+            result.partitions[msg.partition()] = result.partitions.get(msg.partition(), 0) + 1
+
+    sent = 0
+    input_error: UsageError | None = None
+    extra = {"partition": req.partition} if req.partition is not None else {}
+    for line_no, raw in enumerate(lines, start=1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        line = line[:-1] if line.endswith(b"\r") else line
+        try:
+            key, value = split_key(line, req.key_separator, line_no)
+        except UsageError as err:
+            input_error = err  # deliver what came before the bad line, then report it
+            break
+        if choose is not None:
+            extra = {"partition": choose(key)}
+        while True:
+            try:
+                client.produce(req.topic, value=value, key=key, on_delivery=delivered, **extra)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                client.poll(0.1)
+                client.errors.check()
+            except KafkaException as err:
+                raise to_kcli_error(err, f"topic '{req.topic}'") from err
+        sent += 1
+        client.poll(0)
+        if failures:
+            break  # stop reading input; what is queued still gets its answer below
+        client.errors.check()
+    while len(client) > 0:
+        client.flush(_POLL_S)
+        client.errors.check()
+    if failures:
+        first = to_kcli_error(failures[0])
+        detail = first.message if isinstance(first, KafkaApiError) else str(first)
+        raise KafkaApiError(kafka_error_name(failures[0]),
+                            f"{sent - result.records} of {sent} records not delivered to '{req.topic}': {detail}")
+    if input_error is not None:
+        raise input_error
+    return result
+
+
+def _partition_modes(conn: Connection, topic: str) -> dict[int, PartitionMode]:
+    """Non-ReadWrite partitions (KIP-694); none when the cluster cannot say."""
+    try:
+        return partition_modes(conn, topic)
+    except KafkaApiError:
+        return {}
+
+
+# --- consume -------------------------------------------------------------------------------
+
+
+@dataclass
+class ConsumeRequest:
+    topic: str
+    group: str | None = None  # None: assign() every partition, commit nothing (like kcat)
+    from_beginning: bool = False
+    max_messages: int | None = None
+    timeout_ms: int | None = None  # stop after this long without a record
+    partition: int | None = None
+    offset: int | str | None = None  # number, "earliest" or "latest"; needs partition
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None  # ms since epoch, None when the record has none
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape: key/value/header values as UTF-8 text (invalid bytes → U+FFFD), or null."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "key": _text(self.key),
+            "value": _text(self.value),
+            "headers": [{"key": k, "value": _text(v)} for k, v in self.headers],
+        }
+
+
+@dataclass
+class ConsumeResult:
+    records: int
+    stopped_by: str  # "max-messages" | "timeout" | "stop"
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("utf-8", errors="replace")
+
+
+def _start_offset(req: ConsumeRequest) -> int:
+    if req.offset is None:
+        return OFFSET_BEGINNING if req.from_beginning else OFFSET_END
+    if req.offset == "earliest":
+        return OFFSET_BEGINNING
+    if req.offset == "latest":
+        return OFFSET_END
+    return int(req.offset)
+
+
+def validate_consume(req: ConsumeRequest) -> None:
+    validate_topic_name(req.topic)
+    if req.max_messages is not None and req.max_messages < 1:
+        raise UsageError(f"--max-messages must be at least 1, got {req.max_messages}")
+    if req.timeout_ms is not None and req.timeout_ms < 0:
+        raise UsageError(f"--timeout-ms must be >= 0, got {req.timeout_ms}")
+    if req.offset is not None:
+        if req.partition is None:
+            raise UsageError("--offset needs --partition")
+        if req.from_beginning:
+            raise UsageError("--offset and --from-beginning cannot be used together")
+        if isinstance(req.offset, int) and req.offset < 0:
+            raise UsageError(f"--offset must be >= 0, 'earliest' or 'latest'; got {req.offset}")
+    if req.partition is not None and req.partition < 0:
+        raise UsageError(f"--partition must be >= 0, got {req.partition}")
+    if req.group is not None and req.partition is not None:
+        raise UsageError("--group and --partition cannot be used together (a group assigns partitions)")
+
+
+def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[ConsumedRecord], None],
+            stop: threading.Event | None = None) -> ConsumeResult:
+    """Deliver records to ``on_record`` until max-messages, idle timeout or ``stop``.
+
+    With a group, offsets are stored only for records handed to ``on_record`` and committed on
+    close, so ``--max-messages N`` commits exactly N records. Without a group nothing is
+    committed and the throwaway group id never joins (assign() only).
+    """
+    validate_consume(req)
+    stop = stop or threading.Event()
+    group_mode = req.group is not None
+    props: dict[str, Any] = {
+        "group.id": req.group if group_mode else f"kcli-console-{time.time_ns()}",
+        "enable.auto.commit": group_mode,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest" if req.from_beginning else "latest",
+        "enable.partition.eof": False,
+    }
+    props.update(req.properties)
+    client = consumer(conn, **props)
+    count = 0
+    stopped_by = "stop"
+    try:
+        idle_since = time.monotonic()
+        waiting_for_group = group_mode
+        if group_mode:
+            def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
+                nonlocal idle_since, waiting_for_group
+                idle_since = time.monotonic()  # joining a group is not idleness
+                waiting_for_group = False
+                client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
+
+            client.subscribe([req.topic], on_assign=on_assign)
+        else:
+            _assign(client, req, conn.timeout_s)
+            client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
+            idle_since = time.monotonic()
+        while not stop.is_set():
+            msg = client.poll(_POLL_S)
+            client.errors.check()
+            if msg is None:
+                if req.timeout_ms is not None:
+                    limit = req.timeout_ms / 1000
+                    if waiting_for_group:  # a slow group join must not end the run before it starts
+                        limit = max(limit, GROUP_JOIN_GRACE_S)
+                    if time.monotonic() - idle_since >= limit:
+                        stopped_by = "timeout"
+                        break
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal() or not err.retriable():
+                    raise to_kcli_error(err, f"topic '{req.topic}'")
+                continue
+            idle_since = time.monotonic()
+            ts_type, ts = msg.timestamp()
+            record = ConsumedRecord(
+                topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
+                timestamp=ts if ts_type != 0 and ts >= 0 else None,
+                key=msg.key(), value=msg.value(),
+                headers=[(k, v) for k, v in (msg.headers() or [])],
+            )
+            on_record(record)
+            count += 1
+            if group_mode:
+                client.store_offsets(msg)
+            if req.max_messages is not None and count >= req.max_messages:
+                stopped_by = "max-messages"
+                break
+    finally:
+        try:
+            client.close()  # commits stored offsets in group mode, leaves the group
+        except (KafkaException, RuntimeError):
+            pass
+    return ConsumeResult(count, stopped_by)
+
+
+def _assign(client: Any, req: ConsumeRequest, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            md = client.list_topics(topic=req.topic, timeout=1.0)
+            break
+        except KafkaException as err:
+            client.poll(0)
+            client.errors.check()
+            if time.monotonic() > deadline:
+                raise to_kcli_error(err, "metadata") from err
+    meta = md.topics.get(req.topic)
+    if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{req.topic}' does not exist")
+    if meta.error is not None:
+        raise to_kcli_error(meta.error, f"topic '{req.topic}'")
+    partitions = sorted(meta.partitions)
+    if req.partition is not None:
+        if req.partition not in meta.partitions:
+            raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION",
+                                f"topic '{req.topic}' has {len(partitions)} partitions; partition {req.partition} does not exist")
+        partitions = [req.partition]
+    start = _start_offset(req)
+    client.assign([TopicPartition(req.topic, p, start) for p in partitions])
