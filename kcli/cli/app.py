@@ -46,11 +46,51 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+_GLOBAL_FLAGS = {"-v", "--verbose"}
+_GLOBAL_VALUED = {"-o", "--output", "--context", "-b", "--bootstrap-server"}
+# Options of sub-commands whose value may itself look like a global option.
+_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files"}
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """Let global options follow the command (`kcli topics list -o json`), as kafkactl and rpk
+    allow, by moving them before it. `kcli context set NAME -b ...` keeps its own -b."""
+    if not argv:
+        return argv
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-") and (i == 0 or argv[i - 1] not in _GLOBAL_VALUED)), None)
+    if first is None:
+        return argv
+    head, tail = argv[:first], argv[first:]
+    keep_b = tail[0] == "context"
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(tail):
+        a = tail[i]
+        if a == "--":
+            rest += tail[i:]
+            break
+        if i > 0 and tail[i - 1] in _VALUE_TAKING:
+            rest.append(a)
+        elif a in _GLOBAL_FLAGS:
+            moved.append(a)
+        elif a in _GLOBAL_VALUED and i + 1 < len(tail) and not (keep_b and a in ("-b", "--bootstrap-server")):
+            moved += [a, tail[i + 1]]
+            i += 1
+        elif any(a.startswith(g + "=") for g in ("--output", "--context", "--bootstrap-server")) and not (keep_b and a.startswith("--bootstrap-server")):
+            moved.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return head + moved + rest
+
+
 def main() -> None:
     """Console entry point: run the app, turning kcli errors into one line and an exit code."""
     import typer.completion
 
     typer.completion.completion_init()  # `_KCLI_COMPLETE=source_bash kcli` prints the script
+    sys.argv[1:] = hoist_global_options(sys.argv[1:])
     verbose = "-v" in sys.argv or "--verbose" in sys.argv
     try:
         rc = app(prog_name="kcli", standalone_mode=False)

@@ -16,6 +16,7 @@ from kcli.cli.render import render, yaml_document
 from kcli.errors import UsageError
 from kcli.ops import clients as ops
 from kcli.ops.connection import connect
+from kcli.cli.completion_cmd import complete_topic
 
 _ESCAPES = {"\\t": "\t", "\\n": "\n", "\\r": "\r", "\\\\": "\\"}
 
@@ -38,7 +39,7 @@ def _separator(value: str | None) -> bytes | None:
 
 def produce(
     ctx: typer.Context,
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic to write to."),
+    topic: str = typer.Option(..., "--topic", "-t", autocompletion=complete_topic, help="Topic to write to."),
     key_separator: Optional[str] = typer.Option(None, "--key-separator", help="Split each line into KEY SEP VALUE at the first SEP."),
     acks: str = typer.Option("all", "--acks", help="0, 1 or all."),
     partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Write every record to this partition."),
@@ -78,7 +79,7 @@ def _parse_offset(value: str | None) -> int | str | None:
 
 def consume(
     ctx: typer.Context,
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic to read."),
+    topic: str = typer.Option(..., "--topic", "-t", autocompletion=complete_topic, help="Topic to read."),
     group: Optional[str] = typer.Option(None, "--group", "-g", help="Consumer group: subscribe and commit. Without it, read every partition and commit nothing."),
     from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the earliest offset (with --group: only when the group has no committed offset)."),
     max_messages: Optional[int] = typer.Option(None, "--max-messages", min=1, help="Stop after this many records."),

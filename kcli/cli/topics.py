@@ -13,6 +13,7 @@ from kcli.errors import UsageError
 from kcli.ops import partitions as shrink_ops
 from kcli.ops import topics as ops
 from kcli.ops.connection import connect
+from kcli.cli.completion_cmd import complete_topic
 
 topics_app = typer.Typer(help="Create, list, describe, alter and delete topics (kafka-topics style).",
                          no_args_is_help=True)
@@ -21,7 +22,7 @@ topics_app = typer.Typer(help="Create, list, describe, alter and delete topics (
 @topics_app.command("create")
 def create(
     ctx: typer.Context,
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic name."),
+    topic: str = typer.Option(..., "--topic", "-t", autocompletion=complete_topic, help="Topic name."),
     partitions: Optional[int] = typer.Option(None, "--partitions", min=1, help="Partition count (default: broker's num.partitions)."),
     replication_factor: Optional[int] = typer.Option(None, "--replication-factor", min=1, max=32767,
                                                      help="Replicas per partition (default: broker's default.replication.factor)."),
@@ -83,7 +84,7 @@ def list_(
 @topics_app.command("describe")
 def describe(
     ctx: typer.Context,
-    topic: List[str] = typer.Option([], "--topic", "-t", help="Topic to describe (repeatable; default: all)."),
+    topic: List[str] = typer.Option([], "--topic", "-t", autocompletion=complete_topic, help="Topic to describe (repeatable; default: all)."),
 ) -> None:
     """Describe topics as kafka-topics does, plus each topic's kind.
 
@@ -104,7 +105,7 @@ def describe(
 @topics_app.command("alter")
 def alter(
     ctx: typer.Context,
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic name."),
+    topic: str = typer.Option(..., "--topic", "-t", autocompletion=complete_topic, help="Topic name."),
     partitions: Optional[int] = typer.Option(None, "--partitions", min=1, help="New partition count; below the current count removes the highest-numbered partitions (KIP-694)."),
     config: List[str] = typer.Option([], "--config", help="Set topic config KEY=VALUE (repeatable)."),
     delete_config: List[str] = typer.Option([], "--delete-config", help="Reset topic config KEY to its default (repeatable)."),
@@ -193,7 +194,7 @@ def _alter_tiering(ctx: typer.Context, topic: str, disable: bool, enable: bool, 
 @topics_app.command("delete")
 def delete(
     ctx: typer.Context,
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic name."),
+    topic: str = typer.Option(..., "--topic", "-t", autocompletion=complete_topic, help="Topic name."),
     if_exists: bool = typer.Option(False, "--if-exists", help="Succeed if the topic does not exist."),
 ) -> None:
     """Delete a topic.
