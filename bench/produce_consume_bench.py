@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from brokers import kcli_broker, machine, tansu_broker
+from report import record
 
 
 def create(bootstrap: str, topic: str) -> None:
@@ -95,7 +96,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="50,000 messages")
     args = ap.parse_args()
+    if args.quick:
+        args.messages = min(args.messages, 50_000)
     with kcli_broker() as b:
         ours = run(b, args.messages, args.size)
     with tansu_broker() as t:
@@ -106,6 +110,13 @@ def main() -> None:
         pv = peer.get(k)
         ratio = (v / pv) if pv else float("nan")
         print(f"{k:28} {v:12.2f} {pv if pv is not None else float('nan'):12.2f} {ratio:8.2f}")
+    targets = {"produce_mb_s": ("MB/s", ">= tansu", "higher"), "produce_msg_s": ("msg/s", "", "higher"),
+               "consume_mb_s": ("MB/s", "", "higher"), "consume_msg_s": ("msg/s", ">= tansu", "higher"),
+               "group_first_message_s": ("s", "<= 3.5 s", "lower")}
+    for k, v in ours.items():
+        unit, target, better = targets[k]
+        record(f"classic {k} (1 KiB, acks=all, 1 partition)", round(v, 2), peer=round(peer[k], 2) if k in peer else None,
+               peer_name="tansu" if peer else "", unit=unit, target=target, better=better)
 
 
 if __name__ == "__main__":
