@@ -169,6 +169,9 @@ class Broker:
         from kcli.broker.sasl import authenticator_from_config
 
         self.sasl = authenticator_from_config(config)  # ConfigError on a bad users file
+        from kcli import faults
+
+        faults.configure(config.prefixed("kcli.fault."))  # crash-test pause points; ConfigError if bad
         self.sasl_enabled = self.sasl is not None
         self.advertised_host = host
         self.advertised_port = port
@@ -204,6 +207,7 @@ class Broker:
             probe.write_bytes(b"x")
             probe.unlink()
         except OSError as err:
+            probe.unlink(missing_ok=True)
             os.close(fd)
             raise DataDirError(f"data dir {self.data_dir} is not writable: {err.strerror}") from None
         self._lock_fd = fd
@@ -217,15 +221,23 @@ class Broker:
         except Exception as err:
             self._release_lock()
             raise DataDirError(f"cannot read cluster metadata in {self.data_dir}: {err}") from None
-        if not self.state.cluster_id:
-            cid = self.config.get_str("cluster.id") or _kafka_uuid_str(uuid.uuid4())
-            self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
-        self._attach_extensions()
-        await self._open_storage()
+        try:
+            if not self.state.cluster_id:
+                cid = self.config.get_str("cluster.id") or _kafka_uuid_str(uuid.uuid4())
+                self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
+            self._attach_extensions()
+            await self._open_storage()
+        except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
+            await self.close()
+            raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
         self.server = KafkaServer(self, self.listen_host, self.listen_port)
         host, port = await self.server.start()
         self.advertised_host, self.advertised_port = self._advertised(host, port)
-        self._write_runtime_file()
+        try:
+            self._write_runtime_file()
+        except OSError as err:
+            await self.close()
+            raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
         self._spawn(self._retention_loop(), "retention")
         return host, port
 
@@ -285,8 +297,12 @@ class Broker:
         info = {"host": self.advertised_host, "port": self.advertised_port, "pid": os.getpid(),
                 "node_id": self.node_id, "cluster_id": self.cluster_id}
         tmp = self.data_dir / "broker.json.tmp"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, self.data_dir / "broker.json")
+        try:
+            tmp.write_text(json.dumps(info))
+            os.replace(tmp, self.data_dir / "broker.json")
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
 
     async def close(self) -> None:
         """Answer in-flight requests, stop tasks, flush every log, release the data dir."""

@@ -221,6 +221,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # Security
     ConfigDef("sasl.enabled.mechanisms", "list", [], "PLAIN enables SASL/PLAIN on the listener."),
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
+    ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication.", at_least(1)),
+    ConfigDef("connection.failed.authentication.delay.ms", "int", 100, "Delay before answering a failed authentication.", at_least(0)),
 )
 
 

@@ -196,8 +196,19 @@ class MetadataLog:
         for rec in records:
             payload = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode()
             chunk += b"%08x " % crc32c(payload) + payload + b"\n"
-        os.write(self._fd, bytes(chunk))
-        os.fsync(self._fd)
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(bytes(chunk))
+            while view:  # a full disk or a file size limit can make a write short
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError:
+            # A torn record left here would sit before the next append and make the log unreadable.
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise
         for rec in records:
             _apply(self.state, rec)
 

@@ -74,21 +74,36 @@ def _is_loopback(host: str) -> bool:
     return all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
+def _check_listener_protocol(listen: str, sasl: bool) -> None:
+    """An explicit ``PLAINTEXT://`` / ``SASL_PLAINTEXT://`` must agree with the SASL configs."""
+    scheme = listen.strip().split("://", 1)[0].upper() if "://" in listen else ""
+    if scheme == "SASL_PLAINTEXT" and not sasl:
+        raise UsageError("--listen SASL_PLAINTEXT://... needs sasl.enabled.mechanisms=PLAIN and sasl.plain.users.file")
+    if scheme == "PLAINTEXT" and sasl:
+        raise UsageError("--listen PLAINTEXT://... but sasl.enabled.mechanisms is set: use SASL_PLAINTEXT://HOST:PORT")
+
+
 def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
     """Serve until SIGINT/SIGTERM; print the listening line once connections are accepted."""
     host, port = parse_listen(listen)
+    _check_listener_protocol(listen, bool(config.get("sasl.enabled.mechanisms")))
     if not _is_loopback(host) and not config.get("sasl.enabled.mechanisms"):
         sys.stderr.write(f"kcli: warning: listening on non-loopback address {host} without authentication\n")
 
     async def main() -> None:
-        broker = Broker(data_dir, config, host, port)
+        try:
+            broker = Broker(data_dir, config, host, port)
+        except ConfigError as err:  # e.g. a missing or malformed SASL users file
+            raise UsageError(str(err)) from None
         try:
             h, p = await broker.start()
         except DataDirError as err:
             raise OperationError(str(err)) from None
         except OSError as err:
             await broker.close()
-            raise OperationError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+            # asyncio's strerror repeats the address; a resolver error has a negative errno
+            reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
+            raise OperationError(f"cannot listen on {host}:{port}: {reason}") from None
         sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
         sys.stdout.flush()
         stop = asyncio.Event()

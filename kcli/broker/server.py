@@ -99,19 +99,30 @@ class KafkaServer:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
             (size,) = struct.unpack(">i", size_bytes)
-            if size <= 0 or size > self.max_request_size:
-                log.warning("closing %s: request size %d outside 1..%d", peer, size, self.max_request_size)
+            limit = self.max_request_size if conn.authenticated else self.max_pre_auth_size
+            if size <= 0 or size > limit:
+                log.warning("closing %s: request size %d outside 1..%d", peer, size, limit)
                 return
             try:
                 frame = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
             try:
-                work = self._prepare(frame, conn)
+                if conn.extra.get(RAW_TOKEN):  # after SaslHandshake v0 the next frame is a bare token
+                    work = raw_token(self.broker, conn, frame)
+                else:
+                    work = self._prepare(frame, conn)
             except ProtocolError as err:
                 log.warning("closing %s: malformed request: %s", peer, err)
                 return
-            await responses.put(asyncio.create_task(work))
+            pre_auth = not conn.authenticated
+            job = asyncio.create_task(work)
+            await responses.put(job)
+            if pre_auth:
+                # The SASL exchange is a strict sequence: finish each step before reading on.
+                await asyncio.wait({job})
+                if conn.extra.get(CLOSE):
+                    return
 
     async def _send_in_order(self, responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", writer: asyncio.StreamWriter, peer: str) -> None:
         broken = False

@@ -34,5 +34,20 @@ def start(
     raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg))
 
 
+@broker_app.command("metrics")
+def metrics(ctx: typer.Context) -> None:
+    """Show a running broker's counters, latencies (P50/P99) and gauges: diskless uploads,
+    commits, reads (GETs per Fetch), cache and garbage collection.
+
+    Example: kcli broker metrics -b 127.0.0.1:9092 -o json
+    """
+    from kcli.cli.broker_metrics import run
+
+    run(options(ctx))
+
+
 def register(app: typer.Typer) -> None:
+    from kcli.cli import users_cmd
+
+    users_cmd.register(broker_app)  # kcli broker users add|list|delete
     app.add_typer(broker_app, name="broker")

@@ -13,6 +13,10 @@ INVALID_REQUEST = 42
 INVALID_CONFIG = 40
 UNKNOWN_TOPIC_ID = 100
 INVALID_PARTITIONS = 37
+POLICY_VIOLATION = 44
+# Kafka's controller refuses a request that would write more records than this (MAX_RECORDS_PER_USER_OP);
+# without it one request asking for 2^31 partitions would stall the broker.
+MAX_PARTITIONS_PER_REQUEST = 10000
 
 TOPIC = 2
 BROKER = 4
@@ -27,6 +31,14 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     out = []
     seen: set[str] = set()
+    default = b.config.get_int("num.partitions")
+    total = sum(len(rt.assignments) if rt.assignments else
+                (default if rt.num_partitions == -1 else max(0, int(rt.num_partitions))) for rt in req.topics)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        return {"throttle_time": 0, "topics": [
+            {"name": rt.name, "error_code": POLICY_VIOLATION, "num_partitions": -1, "replication_factor": -1,
+             "error_message": "Excessively large number of partitions per request.", "configs": None}
+            for rt in req.topics]}
     for rt in req.topics:
         entry: dict[str, Any] = {"name": rt.name, "error_code": 0, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -93,6 +105,11 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     out = []
+    total = sum(max(0, int(rt.count) - len(t.partitions)) for rt in req.topics if (t := b.topic(rt.name)) is not None)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        return {"throttle_time": 0, "results": [
+            {"name": rt.name, "error_code": POLICY_VIOLATION,
+             "error_message": "Unable to perform excessively large batch operation."} for rt in req.topics]}
     for rt in req.topics:
         entry: dict[str, Any] = {"name": rt.name, "error_code": 0, "error_message": None}
         try:

@@ -1,0 +1,87 @@
+"""SaslHandshake (17) and SaslAuthenticate (36): the SASL/PLAIN exchange on the listener.
+
+Kafka's flow: the client asks for a mechanism with SaslHandshake; with handshake v1 the token
+travels in SaslAuthenticate requests, with v0 the next frame on the socket is the bare token and
+the broker answers with a bare size-prefixed (empty, for PLAIN) challenge. Any failure is
+answered once and the connection is closed (the server reads ``conn.extra["close"]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from kcli.broker.dispatch import ConnectionState, RequestContext, handler
+from kcli.broker.sasl import SaslAuthenticationFailed, enabled_mechanisms
+
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+
+RAW_TOKEN = "sasl_raw_token"  # conn.extra flag: the next frame is a v0 (unframed) token
+CLOSE = "close"  # conn.extra flag: close the connection after this response
+
+
+@handler(17, "SaslHandshake", 0, 1)
+async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    conn = ctx.connection
+    broker = ctx.broker
+    if not broker.sasl_enabled:
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
+    mechanisms = enabled_mechanisms(broker.config)
+    if conn.authenticated:
+        # kcli grants sessions without a lifetime, so there is no re-authentication to start.
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+    if conn.sasl_mechanism is not None:
+        conn.extra[CLOSE] = True
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+    if req.mechanism not in mechanisms:
+        conn.extra[CLOSE] = True
+        return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+    conn.sasl_mechanism = req.mechanism
+    if ctx.api_version == 0:
+        conn.extra[RAW_TOKEN] = True
+    return {"error_code": 0, "mechanisms": mechanisms}
+
+
+@handler(36, "SaslAuthenticate", 0, 2)
+async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    conn = ctx.connection
+    if not ctx.broker.sasl_enabled or conn.authenticated:
+        return {"error_code": ILLEGAL_SASL_STATE,
+                "error_message": "SaslAuthenticate request received after successful authentication"
+                if conn.authenticated and ctx.broker.sasl_enabled else "SASL is not enabled on this listener"}
+    if conn.sasl_mechanism is None or conn.extra.get(RAW_TOKEN):
+        conn.extra[CLOSE] = True
+        return {"error_code": ILLEGAL_SASL_STATE,
+                "error_message": "Unexpected SaslAuthenticate request: send SaslHandshake v1 first"}
+    try:
+        await _authenticate(ctx.broker, conn, bytes(req.auth_bytes))
+    except SaslAuthenticationFailed as err:
+        conn.extra[CLOSE] = True
+        return {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(err)}
+    return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime": 0}
+
+
+async def raw_token(broker: Any, conn: ConnectionState, token: bytes) -> bytes | None:
+    """A v0 handshake's bare token: answer an empty size-prefixed challenge, or nothing and close."""
+    conn.extra.pop(RAW_TOKEN, None)
+    try:
+        await _authenticate(broker, conn, token)
+    except SaslAuthenticationFailed:
+        conn.extra[CLOSE] = True
+        return None
+    return struct.pack(">i", 0)
+
+
+async def _authenticate(broker: Any, conn: ConnectionState, token: bytes) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        user = await loop.run_in_executor(None, broker.sasl.authenticate, token)
+    except SaslAuthenticationFailed:
+        # Kafka's connection.failed.authentication.delay.ms: slow down password guessing.
+        await asyncio.sleep(broker.config.get_int("connection.failed.authentication.delay.ms") / 1000)
+        raise
+    conn.authenticated = True
+    conn.principal = f"User:{user}"
