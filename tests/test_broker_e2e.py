@@ -163,3 +163,12 @@ def test_kill9_after_acks_all_loses_nothing(broker):
     broker.start()
     msgs = consume_all(broker.bootstrap, "dur", 500)
     assert [m.value() for m in msgs] == [b"d%d" % i for i in range(500)]
+
+
+def test_large_produce_requests_roundtrip(broker):
+    """1 MiB batches arrive in frames far larger than the socket buffer (read in place)."""
+    create_topic(broker.bootstrap, "big")
+    values = [bytes([i % 251]) * 1000 + b"%06d" % i for i in range(4000)]
+    produce(broker.bootstrap, "big", values, **{"batch.size": 1048576, "linger.ms": 50, "compression.type": "none"})
+    msgs = consume_all(broker.bootstrap, "big", 4000)
+    assert [m.value() for m in msgs] == values

@@ -12,6 +12,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any
 
+from kcli.broker.connection import FrameSizeError, KafkaFrameProtocol
 from kcli.broker.dispatch import HANDLERS, ConnectionState, RequestContext, load_all_handlers
 from kcli.broker.handlers.sasl import CLOSE, RAW_TOKEN, raw_token
 from kcli.protocol import codec
@@ -42,8 +43,9 @@ class KafkaServer:
         load_all_handlers()
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(
-            self._serve_connection, self.host, self.port, limit=1 << 20, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaFrameProtocol(self._connected, self._initial_limit()), self.host, self.port, reuse_address=True
         )
         sock = self._server.sockets[0]
         host, port = sock.getsockname()[:2]
@@ -63,10 +65,17 @@ class KafkaServer:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _initial_limit(self) -> int:
+        return self.max_pre_auth_size if self.broker.sasl_enabled else self.max_request_size
+
+    def _connected(self, proto: KafkaFrameProtocol) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_connection(proto))
+        self._connections.add(task)
+
+    async def _serve_connection(self, proto: KafkaFrameProtocol) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        reader = writer = proto
         peer_info = writer.get_extra_info("peername")
         peer = f"{peer_info[0]}:{peer_info[1]}" if peer_info else "?"
         conn = ConnectionState(peer=peer, authenticated=not self.broker.sasl_enabled)
@@ -90,26 +99,23 @@ class KafkaServer:
                 pass
             self._connections.discard(task)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, conn: ConnectionState,
+    async def _read_requests(self, reader: KafkaFrameProtocol, conn: ConnectionState,
                              responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", peer: str) -> None:
         """Read frames and start their handlers until EOF, a bad frame, or shutdown."""
         while not self.broker.stopping:
-            try:
-                size_bytes = await reader.readexactly(4)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            (size,) = struct.unpack(">i", size_bytes)
             limit = self.max_request_size if conn.authenticated else self.max_pre_auth_size
-            if size <= 0 or size > limit:
-                log.warning("closing %s: request size %d outside 1..%d", peer, size, limit)
-                return
             try:
-                frame = await reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
+                frame = await reader.read_frame(limit)
+            except FrameSizeError as err:
+                log.warning("closing %s: request size %d outside 1..%d", peer, err.size, limit)
+                return
+            except ConnectionError:
+                return
+            if frame is None:
                 return
             try:
                 if conn.extra.get(RAW_TOKEN):  # after SaslHandshake v0 the next frame is a bare token
-                    work = raw_token(self.broker, conn, frame)
+                    work = raw_token(self.broker, conn, bytes(frame))
                 else:
                     work = self._prepare(frame, conn)
             except ProtocolError as err:
@@ -124,7 +130,7 @@ class KafkaServer:
                 if conn.extra.get(CLOSE):
                     return
 
-    async def _send_in_order(self, responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", writer: asyncio.StreamWriter, peer: str) -> None:
+    async def _send_in_order(self, responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", writer: KafkaFrameProtocol, peer: str) -> None:
         broken = False
         while True:
             task = await responses.get()

@@ -23,30 +23,36 @@ def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
     return [{"node_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack}]
 
 
-def topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
+def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> dict[str, Any]:
     b = ctx.broker
     t = b.topic(name)
     assert t is not None
     leader_for = b.diskless.leader_for_client if (b.diskless is not None and b.is_diskless(t)) else None
+    # KIP-694: producers are not shown ReadOnly partitions (see kcli/broker/partition_reducer.py).
+    if b.partition_reducer is not None:
+        visible, topic_id = b.partition_reducer.metadata_view(t, producer_view)
+    else:
+        visible, topic_id = b.visible_partitions(t), t.topic_id
     parts = []
-    for p in b.visible_partitions(t):
+    for p in visible:
         leader = leader_for(ctx.client_id, p) if leader_for else p.leader
         parts.append({
             "error_code": 0, "partition_index": p.partition, "leader_id": leader,
             "leader_epoch": p.leader_epoch, "replica_nodes": p.replicas, "isr_nodes": p.isr,
             "offline_replicas": [],
         })
-    return {"error_code": 0, "name": name, "topic_id": t.topic_id, "is_internal": name in INTERNAL_TOPICS,
+    return {"error_code": 0, "name": name, "topic_id": topic_id, "is_internal": name in INTERNAL_TOPICS,
             "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
 
 @handler(3, "Metadata", 0, 12)
 async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
+    producer_view = b.partition_reducer is not None and b.partition_reducer.producer_view(ctx, req)
     requested = req.topics
     if requested is None or (ctx.api_version == 0 and len(requested) == 0):
         names = sorted(b.state.topics)
-        topics = [topic_entry(ctx, n) for n in names]
+        topics = [topic_entry(ctx, n, producer_view) for n in names]
     else:
         topics = []
         auto = b.config.get_bool("auto.create.topics.enable") and getattr(req, "allow_auto_topic_creation", True)
@@ -63,14 +69,14 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     try:
                         b.create_topic(name, -1, -1, {})
                         # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created.
-                        topics.append({**topic_entry(ctx, name), "error_code": LEADER_NOT_AVAILABLE})
+                        topics.append({**topic_entry(ctx, name, producer_view), "error_code": LEADER_NOT_AVAILABLE})
                         continue
                     except BrokerError as err:
                         topics.append({"error_code": err.code, "name": name, "partitions": []})
                         continue
                 topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
                 continue
-            topics.append(topic_entry(ctx, name))
+            topics.append(topic_entry(ctx, name, producer_view))
     return {
         "throttle_time": 0,
         "brokers": broker_entries(ctx),

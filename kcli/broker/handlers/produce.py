@@ -16,7 +16,7 @@ from typing import Any
 from kcli.broker.broker import now_ms
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.broker.metadata_log import MODE_READ_ONLY
-from kcli.protocol.errors import PARTITION_READ_ONLY, BrokerError
+from kcli.protocol.errors import BrokerError
 
 log = logging.getLogger("kcli.broker.produce")
 
@@ -28,6 +28,7 @@ INVALID_RECORD = 87
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 NOT_ENOUGH_REPLICAS = 19
 INVALID_TXN_STATE = 48
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 def _error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
@@ -63,8 +64,12 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                                       "This server does not host this topic-partition.")
                 continue
             if p.mode == MODE_READ_ONLY:
-                results[key] = _error(pd.index, PARTITION_READ_ONLY,
-                                      f"Partition {name}-{pd.index} is being deleted (read-only) and takes no new records")
+                # KIP-694: a retriable error makes unmodified clients refresh metadata, where
+                # producers no longer see this partition; kcli's own PARTITION_READ_ONLY (201) is
+                # unknown to them, and they would fail the records instead of moving on.
+                results[key] = _error(pd.index, NOT_LEADER_OR_FOLLOWER,
+                                      f"Partition {name}-{pd.index} is read-only (being deleted, KIP-694) "
+                                      "and takes no new records; refresh metadata")
                 b.metrics.inc("produce.rejected.read_only")
                 continue
             records = pd.records

@@ -1,0 +1,367 @@
+"""Reduce a topic's partition count (KIP-694) and read partition modes.
+
+A shrink is planned before anything changes: kcli sends DeletePartitions with its
+``validate_only`` tag (the broker checks the feature switch, pending deletions and which
+partitions may go, and reports each partition's record count, bytes and delete time) and
+samples the topic for keyed records. Only then, after confirmation where data would be
+deleted right away, does it send the real request.
+
+DeletePartitions is not in Kafka's protocol, so it travels on kcli's own API key over
+:class:`~kcli.protocol.client.WireClient`; partition modes come back to any Kafka admin client
+as the read-only ``kcli.partition.modes`` DescribeConfigs entry (``3:ReadOnly@<deleteAtMs>,...``).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
+
+from kcli.errors import KafkaApiError, OperationError, UsageError
+from kcli.ops.connection import Connection, admin, consumer
+
+MODES_KEY = "kcli.partition.modes"
+ENABLE_CONFIG = "delete.topic.partition.enable"
+READ_WRITE, READ_ONLY, NONE = "ReadWrite", "ReadOnly", "None"
+_MODE_CODES = {0: READ_WRITE, 1: READ_ONLY, -1: NONE}
+KEY_SAMPLE_PER_PARTITION = 100
+
+KEYED_WARNING = ("topic '{topic}' holds keyed records: the key-to-partition mapping will change, so new "
+                 "records with a key may land in a different partition than earlier ones")
+PRODUCER_NOTE = ("producers built on librdkafka 2.x (confluent-kafka and most non-Java clients) never lower a "
+                 "partition count they already know: restart them after the shrink (see docs/partition-reduction.md)")
+
+
+def format_ms(ms: int | None) -> str | None:
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# --- partition modes -------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionMode:
+    partition: int
+    mode: str  # ReadWrite | ReadOnly | None
+    delete_at_ms: int | None = None
+
+
+def parse_modes(value: str | None) -> dict[int, PartitionMode]:
+    """``"3:ReadOnly@1700000000000,4:ReadOnly@..."`` → {3: PartitionMode(...), ...}; unknown text is skipped."""
+    out: dict[int, PartitionMode] = {}
+    for item in (value or "").split(","):
+        head, _, at = item.strip().partition("@")
+        pid, sep, mode = head.partition(":")
+        try:
+            partition = int(pid)
+            delete_at = int(at) if at else None
+        except ValueError:
+            continue
+        if sep and mode:
+            out[partition] = PartitionMode(partition, mode, delete_at)
+    return out
+
+
+def partition_modes(conn: Connection, topic: str) -> dict[int, PartitionMode]:
+    """Partitions of ``topic`` that are not ReadWrite (empty against brokers without KIP-694)."""
+    client = admin(conn)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    futures = client.describe_configs([resource], request_timeout=conn.timeout_s)
+    entries = client.wait(futures[resource], f"topic '{topic}'")
+    entry = entries.get(MODES_KEY)
+    return parse_modes(entry.value if entry is not None else None)
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionPlan:
+    """One partition a shrink removes."""
+
+    partition: int
+    records: int | None  # high watermark - log start offset; None when the broker cannot tell
+    size_bytes: int | None
+    delete_at_ms: int
+    mode: str  # after the request: ReadWrite (plan only), ReadOnly or None (deleted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "delete_at": format_ms(self.delete_at_ms)}
+
+
+@dataclass
+class ShrinkPlan:
+    """What reducing ``topic`` from ``current`` to ``target`` partitions does (or did)."""
+
+    topic: str
+    current: int
+    target: int
+    delay_ms: int
+    partitions: list[PartitionPlan]
+    keyed: bool | None = None  # None: nothing to sample
+    sampled_records: int = 0
+    warnings: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    applied: bool = False
+
+    @property
+    def delete_at_ms(self) -> int:
+        return min((p.delete_at_ms for p in self.partitions), default=-1)
+
+    @property
+    def records(self) -> int:
+        return sum(p.records or 0 for p in self.partitions)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes or 0 for p in self.partitions)
+
+    @property
+    def destroys_data(self) -> bool:
+        """Deleting right away would remove stored records (what needs confirmation)."""
+        return self.delay_ms == 0 and any((p.records or 0) > 0 or (p.size_bytes or 0) > 0 for p in self.partitions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic, "current_partitions": self.current, "target_partitions": self.target,
+            "delay_ms": self.delay_ms, "delete_at_ms": self.delete_at_ms, "delete_at": format_ms(self.delete_at_ms),
+            "records": self.records, "size_bytes": self.size_bytes, "keyed": self.keyed,
+            "sampled_records": self.sampled_records, "warnings": list(self.warnings),
+            "dry_run": self.dry_run, "applied": self.applied,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+# --- the wire request ------------------------------------------------------------------------
+
+
+def _wire_client(conn: Connection) -> Any:
+    from kcli.protocol.client import WireClient
+
+    protocol = str(conn.properties.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol != "PLAINTEXT":
+        raise OperationError(f"DeletePartitions is sent by kcli's own protocol client, which speaks PLAINTEXT only "
+                             f"(this connection uses security.protocol={protocol})")
+    first = conn.bootstrap.split(",")[0].strip()
+    return WireClient(first, timeout=conn.timeout_s)
+
+
+def _check_supported(client: Any, key: int) -> None:
+    versions = client.request(18, 0, {})
+    if not any(int(k.api_key) == key for k in versions.api_keys):
+        raise KafkaApiError("UNSUPPORTED_VERSION",
+                            "the cluster does not support DeletePartitions (KIP-694); it needs a kcli broker")
+
+
+def delete_partitions(conn: Connection, topic: str, partitions: list[int], delay_ms: int, *,
+                      validate_only: bool = False) -> list[PartitionPlan]:
+    """Send one DeletePartitions request; raise KafkaApiError for the first refusal."""
+    import dataclasses
+
+    from kcli.protocol.codec import build, request_class
+    from kcli.protocol.errors import error_name
+    from kcli.protocol.kcli_schemas import DELETE_PARTITIONS_KEY
+
+    body = build(request_class(DELETE_PARTITIONS_KEY, 0), {
+        "timeout_ms": int(conn.timeout_s * 1000), "delete_partitions_delay": delay_ms,
+        "topics": [{"name": topic, "partitions": sorted(partitions)}]})
+    body = dataclasses.replace(body, validate_only=validate_only)
+    with _wire_client(conn) as client:
+        _check_supported(client, DELETE_PARTITIONS_KEY)
+        resp = client.request(DELETE_PARTITIONS_KEY, 0, body)
+    if resp.error_code:
+        raise KafkaApiError(error_name(int(resp.error_code)), resp.error_message or "", int(resp.error_code))
+    out = []
+    for result in resp.responses:
+        for p in result.partitions:
+            if p.error_code:
+                raise KafkaApiError(error_name(int(p.error_code)), p.error_message or "", int(p.error_code))
+            out.append(PartitionPlan(int(p.partition_index), int(p.record_count) if p.record_count >= 0 else None,
+                                     int(p.size_bytes) if p.size_bytes >= 0 else None, int(p.delete_at_ms),
+                                     _MODE_CODES.get(int(p.status_code), str(p.status_code))))
+    return out
+
+
+# --- keyed records ---------------------------------------------------------------------------
+
+
+def sample_keys(conn: Connection, topic: str, partitions: list[int],
+                per_partition: int = KEY_SAMPLE_PER_PARTITION) -> tuple[bool | None, int]:
+    """(any record has a key, records read) from the last ``per_partition`` records of each partition."""
+    client = consumer(conn, **{"group.id": f"kcli-keys-{time.time_ns()}", "enable.auto.commit": False,
+                               "enable.partition.eof": False})
+    try:
+        wanted: dict[int, int] = {}
+        assignment = []
+        for p in partitions:
+            low, high = client.get_watermark_offsets(TopicPartition(topic, p), timeout=conn.timeout_s)
+            if high > low:
+                wanted[p] = high
+                assignment.append(TopicPartition(topic, p, max(low, high - per_partition)))
+        if not assignment:
+            return None, 0
+        client.assign(assignment)
+        seen = 0
+        deadline = time.monotonic() + min(conn.timeout_s, 10.0)
+        while wanted and time.monotonic() < deadline:
+            for msg in client.consume(500, 0.2):
+                client.errors.check()
+                if msg.error() is not None:
+                    continue
+                seen += 1
+                if msg.key() is not None:
+                    return True, seen
+                if msg.offset() + 1 >= wanted.get(msg.partition(), 0):
+                    wanted.pop(msg.partition(), None)
+        return False, seen
+    finally:
+        client.close()
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+def removed_partitions(current: int, target: int) -> list[int]:
+    return list(range(target, current))
+
+
+def plan_shrink(conn: Connection, topic: str, current: int, target: int, delay_ms: int = 0) -> ShrinkPlan:
+    """Validate on the broker (nothing changes) and sample for keys."""
+    if target < 1:
+        raise UsageError(f"--partitions must be at least 1, got {target}")
+    if target >= current:
+        raise UsageError(f"topic '{topic}' has {current} partitions; a shrink needs fewer than that")
+    if delay_ms < 0:
+        raise UsageError(f"--delete-partitions-delay must be >= 0 ms, got {delay_ms}")
+    gone = removed_partitions(current, target)
+    parts = delete_partitions(conn, topic, gone, delay_ms, validate_only=True)
+    plan = ShrinkPlan(topic, current, target, delay_ms, parts)
+    plan.keyed, plan.sampled_records = sample_keys(conn, topic, list(range(current)))
+    if plan.keyed:
+        plan.warnings.append(KEYED_WARNING.format(topic=topic))
+    return plan
+
+
+def shrink_topic(conn: Connection, topic: str, target: int, delay_ms: int = 0, *, current: int | None = None,
+                 dry_run: bool = False, assume_yes: bool = False,
+                 confirm: Callable[[ShrinkPlan], bool] | None = None) -> ShrinkPlan:
+    """Reduce ``topic`` to ``target`` partitions: plan, confirm if data would go right away, apply.
+
+    ``confirm`` asks the operator (the CLI passes a terminal prompt); without it, deleting
+    stored records with no delay needs ``assume_yes``."""
+    if current is None:
+        from kcli.ops.topics import describe_topics
+
+        current = describe_topics(conn, [topic])[0].partition_count
+    plan = prepare_shrink(conn, topic, current, target, delay_ms, dry_run=dry_run, assume_yes=assume_yes,
+                          confirm=confirm)
+    if not dry_run:
+        apply_shrink(conn, plan)
+    return plan
+
+
+def prepare_shrink(conn: Connection, topic: str, current: int, target: int, delay_ms: int, *, dry_run: bool,
+                   assume_yes: bool, confirm: Callable[[ShrinkPlan], bool] | None) -> ShrinkPlan:
+    """The plan, confirmed unless it is a dry run (raises when the operator says no)."""
+    plan = plan_shrink(conn, topic, current, target, delay_ms)
+    plan.dry_run = dry_run
+    if dry_run or not plan.destroys_data or assume_yes:
+        return plan
+    if confirm is None:
+        raise UsageError(f"deleting {_span(plan).lower()} of '{topic}' right away destroys "
+                         f"{plan.records} records ({plan.size_bytes} bytes): pass --yes to confirm, or give "
+                         "--delete-partitions-delay MS to keep them readable first")
+    if not confirm(plan):
+        raise OperationError("aborted: nothing was changed")
+    return plan
+
+
+def apply_shrink(conn: Connection, plan: ShrinkPlan) -> ShrinkPlan:
+    applied = delete_partitions(conn, plan.topic, [p.partition for p in plan.partitions], plan.delay_ms)
+    sampled = {p.partition: p for p in plan.partitions}
+    for p in applied:  # the broker's numbers at the moment of the change
+        before = sampled.get(p.partition)
+        if before is not None:
+            p.records = p.records if p.records is not None else before.records
+            p.size_bytes = p.size_bytes if p.size_bytes is not None else before.size_bytes
+    plan.partitions = applied
+    plan.applied = True
+    return plan
+
+
+# --- writing around ReadOnly partitions (kcli produce) ------------------------------------------
+
+
+def writable_partition(modes: dict[int, PartitionMode], topic: str, partition: int) -> int:
+    """``partition`` if records may be written there, else a KafkaApiError naming its mode."""
+    mode = modes.get(partition)
+    if mode is not None and mode.mode != READ_WRITE:
+        when = format_ms(mode.delete_at_ms)
+        raise KafkaApiError("PARTITION_READ_ONLY",
+                            f"partition {partition} of '{topic}' is {mode.mode} (being deleted"
+                            f"{' at ' + when if when else ''}); it takes no new records")
+    return partition
+
+
+class ReadWritePartitioner:
+    """Picks ReadWrite partitions when a client's metadata still lists ReadOnly ones: keyed
+    records by CRC32 of the key (librdkafka's ``consistent`` partitioner), others round robin."""
+
+    def __init__(self, count: int, modes: dict[int, PartitionMode]) -> None:
+        self.writable = [p for p in range(count) if p not in modes or modes[p].mode == READ_WRITE]
+        self._next = 0
+
+    def __call__(self, key: bytes | None) -> int:
+        if key is not None:
+            return self.writable[zlib.crc32(key) % len(self.writable)]
+        p = self.writable[self._next % len(self.writable)]
+        self._next += 1
+        return p
+
+
+# --- text for the CLI ------------------------------------------------------------------------
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "? bytes"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def plan_lines(plan: ShrinkPlan) -> list[str]:
+    """The plan as indented lines under ``topics alter``'s step line."""
+    if plan.applied and plan.delay_ms == 0:
+        when = "deleted now"
+    elif plan.applied:
+        when = f"read-only until {format_ms(plan.delete_at_ms)}, then deleted"
+    elif plan.delay_ms == 0:
+        when = "would be deleted right away"
+    else:
+        when = f"would be read-only for {plan.delay_ms} ms (until about {format_ms(plan.delete_at_ms)}), then deleted"
+    lines = [f"  {_span(plan)}: {when}"]
+    for p in plan.partitions:
+        records = "? records" if p.records is None else f"{p.records} records"
+        lines.append(f"    Partition {p.partition}: {records}, {_size(p.size_bytes)}")
+    keyed = {True: "yes", False: "no", None: "unknown (no records)"}[plan.keyed]
+    lines.append(f"  Keyed records: {keyed} (sampled {plan.sampled_records})")
+    return lines
+
+
+def _span(plan: ShrinkPlan) -> str:
+    last = plan.current - 1
+    return f"Partition {last}" if plan.target == last else f"Partitions {plan.target}..{last}"
+
+
+def confirm_question(plan: ShrinkPlan) -> str:
+    return (f"Delete {_span(plan).lower()} of '{plan.topic}' now, destroying "
+            f"{plan.records} records ({_size(plan.size_bytes)})?")
