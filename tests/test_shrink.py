@@ -289,8 +289,6 @@ def test_diskless_shrink_reads_read_only_partitions_then_drops_their_batches(bro
     assert sorted(m.value() for m in consume_all(b.bootstrap, "dl", 10)) == sorted(b"keep-%d" % i for i in range(10))
 
 
-@pytest.mark.xfail(strict=True, reason="kcli/tiered's RemoteLogManager has no partitions_deleted(topic, partitions) "
-                                       "hook yet, so remote segments of removed partitions stay (reported to the lead)")
 def test_tiered_shrink_deletes_local_and_remote_segments(broker_factory):
     from kcli.tiered import metadata as rlmm
 

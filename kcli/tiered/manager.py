@@ -193,6 +193,14 @@ class RemoteLogManager(BrokerExtension):
             self.metadata.update_state(segs, S.DELETE_SEGMENT_STARTED)
         self._spawn(self._finish_deletes(topic.topic_id), f"rlm-delete-{topic.name}")
 
+    async def partitions_deleted(self, topic: "TopicState", partitions: Iterable[int]) -> None:
+        """KIP-694: removed partitions lose their remote segments too (marked, then deleted)."""
+        for p in sorted(partitions):
+            async with self._lock(topic.topic_id, p):
+                segs = self.metadata.segments(topic.topic_id, p, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+                if segs:
+                    await self._delete_remote(segs)
+
     # ---- copy ----------------------------------------------------------------------------------
     async def _copy_loop(self) -> None:
         interval = self.broker.config.get_int("remote.log.manager.task.interval.ms") / 1000
