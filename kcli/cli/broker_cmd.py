@@ -31,6 +31,10 @@ def start(
     configure_logging(opts.verbose)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
     cfg = build_config(config, config_file, extra)
+    if cfg.get_bool("diskless.system.enable"):
+        from kcli.diskless.storage_setup import check_plugin_classes
+
+        check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
     raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg))
 
 

@@ -108,6 +108,12 @@ class WalBuilder:
 
     def build(self) -> tuple[bytes, list[WalBatchRef]]:
         """The object bytes and one ref per batch, in object (layout) order."""
+        chunks, refs = self.build_chunks()
+        return b"".join(chunks), refs
+
+    def build_chunks(self) -> tuple[list[bytes], list[WalBatchRef]]:
+        """Like build() without joining: the version byte, then each batch's bytes (chunk i+1
+        belongs to refs[i]). Lets the broker stream an upload without copying the object."""
         chunks: list[bytes] = [bytes([WAL_VERSION])]
         refs: list[WalBatchRef] = []
         position = VERSION_HEADER_SIZE
@@ -116,7 +122,7 @@ class WalBuilder:
                 chunks.append(data)
                 refs.append(WalBatchRef(tip, position, len(data), index, header))
                 position += len(data)
-        return b"".join(chunks), refs
+        return chunks, refs
 
 
 @dataclass(frozen=True, slots=True)

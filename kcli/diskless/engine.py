@@ -1,0 +1,553 @@
+"""Diskless topics inside the broker (KIP-1163): the one object the broker core talks to.
+
+``broker.diskless`` is a :class:`DisklessEngine`. The broker and its handlers call the methods
+below for every diskless partition; the work is split over small modules:
+
+- :mod:`.appender` — Produce: one shared buffer → WAL object → upload → ordered commit;
+- :mod:`.reader` — Fetch: batch coordinates → coalesced ranged GETs through an LRU cache →
+  offsets patched into the batch headers;
+- :mod:`.cleaner` — deletion of emptied objects after the grace period, and of orphans;
+- :mod:`.admin_views` — what the kcli admin API (describe, objects, verify, gc) reports.
+
+All object-store and coordinator calls run on worker threads: the event loop only moves bytes
+between sockets. The engine keeps each partition's high watermark and log start offset in
+memory (it is the coordinator's only writer), so offset queries and fetches at the log end
+never touch the coordinator.
+
+The plugins are opened lazily — at start when diskless data exists, else on the first diskless
+topic — so brokers that never use diskless topics pay nothing but a class-name check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from kcli.broker.extension import BrokerExtension
+from kcli.diskless.appender import KAFKA_STORAGE_ERROR, Appender, Committed
+from kcli.diskless.cleaner import FileCleaner
+from kcli.diskless.rack import BrokerRack, choose_leader, client_rack
+from kcli.diskless.reader import DisklessReadResult, Reader
+from kcli.diskless.storage_setup import check_plugin_classes, open_coordinator, open_object_storage
+from kcli.protocol.errors import BrokerError
+from kcli.storage.errors import INVALID_REQUEST, LogError, OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from kcli.broker.broker import Broker
+    from kcli.broker.metadata_log import PartitionState, TopicState
+    from plugins.coordinator.base import BatchCoordinator, BatchInfo, TopicIdPartition
+    from plugins.objectstore.base import ObjectStorage
+
+log = logging.getLogger("kcli.diskless")
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MARKER_DIR = "diskless"  # exists once diskless was used in this data dir: open at start
+
+
+class DisklessEngine(BrokerExtension):
+    def __init__(self, broker: "Broker") -> None:
+        super().__init__(broker)
+        cfg = broker.config
+        self.interval_ms = cfg.get_int("diskless.append.commit.interval.ms")
+        self.buffer_max_bytes = cfg.get_int("diskless.append.buffer.max.bytes")
+        self.grace_ms = cfg.get_int("diskless.file.cleaner.retention.period.ms")
+        self.cleaner_interval_ms = cfg.get_int("diskless.file.cleaner.interval.ms")
+        self.cache_bytes = cfg.get_int("diskless.fetch.cache.max.bytes")
+        self.retention_interval_ms = cfg.get_int("diskless.retention.check.interval.ms")
+        self.metrics = broker.metrics
+        self.storage: "ObjectStorage | None" = None
+        self.coordinator: "BatchCoordinator | None" = None
+        self.appender: Appender | None = None
+        self.reader: Reader | None = None
+        self.cleaner: FileCleaner | None = None
+        self.io_pool: ThreadPoolExecutor | None = None
+        self.coordinator_pool: ThreadPoolExecutor | None = None
+        self._tips: dict[tuple[uuid.UUID, int], "TopicIdPartition"] = {}
+        self._offsets: dict[tuple[uuid.UUID, int], list[int]] = {}  # [high watermark, log start]
+        self._settings: dict[uuid.UUID, tuple[bool, int]] = {}  # LogAppendTime?, max.message.bytes
+        self._loops: list[asyncio.Task[None]] = []
+        self._jobs: set[asyncio.Future[Any]] = set()
+
+    # ==========================================================================================
+    # lifecycle
+    # ==========================================================================================
+
+    @property
+    def is_open(self) -> bool:
+        return self.coordinator is not None
+
+    async def start(self) -> None:
+        check_plugin_classes(self.broker.config)  # a bad class name stops the broker with one line
+        used_before = (self.broker.data_dir / MARKER_DIR).exists()
+        if used_before or any(self.broker.is_diskless(t) for t in self.broker.state.topics.values()):
+            self._open()
+            await self._reconcile()
+
+    def _open(self) -> None:
+        """Open storage and coordinator, load offsets, start the background tasks (idempotent)."""
+        if self.coordinator is not None:
+            return
+        b = self.broker
+        storage = open_object_storage(b.config, b.data_dir)
+        try:
+            coordinator = open_coordinator(b.config, b.data_dir)
+        except BaseException:
+            storage.close()
+            raise
+        try:
+            logs = coordinator.describe_logs()
+            (b.data_dir / MARKER_DIR).mkdir(parents=True, exist_ok=True)
+        except BaseException:
+            coordinator.close()
+            storage.close()
+            raise
+        self.io_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kcli-diskless-io")
+        self.coordinator_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kcli-diskless-coord")
+        self.storage, self.coordinator = storage, coordinator
+        self.appender = Appender(
+            storage=storage, coordinator=coordinator, io_pool=self.io_pool,
+            coordinator_pool=self.coordinator_pool, metrics=self.metrics, broker_id=b.node_id,
+            interval_ms=self.interval_ms, max_bytes=self.buffer_max_bytes,
+            on_committed=self._on_committed, delete_uncommitted=self._delete_uncommitted,
+        )
+        self.reader = Reader(storage=storage, io_pool=self.io_pool, metrics=self.metrics, cache_bytes=self.cache_bytes)
+        self.cleaner = FileCleaner(
+            storage=storage, coordinator=coordinator, io_pool=self.io_pool,
+            coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
+            in_flight_keys=lambda: set(self.appender.in_flight_keys) if self.appender else set(),
+            on_deleted=self._on_objects_deleted,
+        )
+        for info in logs:
+            tip = info.topic_id_partition
+            self._offsets[(tip.topic_id, tip.partition)] = [info.high_watermark, info.log_start_offset]
+        log.info("diskless storage %s, coordinator %s", storage.describe(), type(coordinator).__name__)
+        self._start_loops()
+
+    def _ensure_open(self) -> None:
+        if self.coordinator is not None:
+            return
+        try:
+            self._open()
+        except BrokerError:
+            raise
+        except Exception as err:
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"diskless storage is unavailable: {err}") from None
+
+    def _start_loops(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # opened outside the event loop: start() will not be late for it
+            return
+        assert self.cleaner is not None
+        orphan_interval = max(self.cleaner_interval_ms, self.grace_ms // 2)
+        self._loops.append(loop.create_task(
+            self.cleaner.run_forever(self.cleaner_interval_ms, orphan_interval), name="diskless-file-cleaner"))
+        self._loops.append(loop.create_task(self._retention_forever(), name="diskless-retention"))
+
+    async def close(self) -> None:
+        if self.coordinator is None:
+            return
+        if self.appender is not None:
+            await self.appender.close()
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops.clear()
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=30)
+        for pool in (self.io_pool, self.coordinator_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            self.coordinator.close()
+        finally:
+            if self.storage is not None:
+                self.storage.close()
+        self.coordinator = None
+
+    async def _reconcile(self) -> None:
+        """Bring the coordinator in line with the metadata log after a crash between the two:
+        logs of deleted topics or removed partitions go, missing logs of live ones are made."""
+        from plugins.coordinator.base import CreateTopicAndPartitionsRequest
+
+        assert self.coordinator is not None
+        by_id = {t.topic_id: t for t in self.broker.state.topics.values() if self.broker.is_diskless(t)}
+        have: dict[uuid.UUID, set[int]] = {}
+        for tid, p in self._offsets:
+            have.setdefault(tid, set()).add(p)
+        gone_topics = [tid for tid in have if tid not in by_id]
+        if gone_topics:
+            log.info("removing coordinator state of %d deleted diskless topic(s)", len(gone_topics))
+            await self._coord(self.coordinator.delete_topics, gone_topics)
+            for tid in gone_topics:
+                self._forget(tid, have[tid])
+        creates = []
+        for tid, t in by_id.items():
+            live = self._live_partitions(t)
+            extra = have.get(tid, set()) - live
+            if extra:
+                await self._coord(self.coordinator.delete_partitions, tid, extra)
+                self._forget(tid, extra)
+            if live - have.get(tid, set()):
+                creates.append(CreateTopicAndPartitionsRequest(tid, t.name, max(live) + 1))
+                for p in live:
+                    self._offsets.setdefault((tid, p), [0, 0])
+        if creates:
+            await self._coord(self.coordinator.create_topic_and_partitions, creates)
+
+    @staticmethod
+    def _live_partitions(t: "TopicState") -> set[int]:
+        from kcli.broker.metadata_log import MODE_NONE
+
+        return {p for p, st in t.partitions.items() if st.mode != MODE_NONE}
+
+    # ==========================================================================================
+    # helpers
+    # ==========================================================================================
+
+    async def _coord(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.coordinator_pool, fn, *args)
+
+    def _background(self, pool: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any,
+                    what: str) -> "asyncio.Future[Any] | None":
+        """Run a hook's slow part off the loop; close() waits for it. The future may be awaited
+        (a caller that needs the work done first) or dropped (failures are logged)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001
+                log.exception("%s failed", what)
+            return None
+        fut = loop.run_in_executor(pool, fn, *args)
+        self._jobs.add(fut)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            self._jobs.discard(f)
+            if not f.cancelled() and f.exception() is not None:
+                log.error("%s failed: %s", what, f.exception())
+
+        fut.add_done_callback(done)
+        return fut
+
+    def tip(self, t: "TopicState", partition: int) -> "TopicIdPartition":
+        """One TopicIdPartition object per partition (the coordinator caches by identity)."""
+        key = (t.topic_id, partition)
+        tip = self._tips.get(key)
+        if tip is None:
+            from plugins.coordinator.base import TopicIdPartition
+
+            tip = self._tips[key] = TopicIdPartition(t.topic_id, t.name, partition)
+        return tip
+
+    def _topic_settings(self, t: "TopicState") -> tuple[bool, int]:
+        s = self._settings.get(t.topic_id)
+        if s is None:
+            b = self.broker
+            s = self._settings[t.topic_id] = (
+                b.topic_config_value(t, "message.timestamp.type") == "LogAppendTime",
+                int(b.topic_config_value(t, "max.message.bytes")),
+            )
+        return s
+
+    def _forget(self, topic_id: uuid.UUID, partitions: set[int] | None = None) -> None:
+        for key in [k for k in self._offsets if k[0] == topic_id and (partitions is None or k[1] in partitions)]:
+            self._offsets.pop(key, None)
+        for key in [k for k in self._tips if k[0] == topic_id and (partitions is None or k[1] in partitions)]:
+            self._tips.pop(key, None)
+        if partitions is None:
+            self._settings.pop(topic_id, None)
+
+    def _on_committed(self, c: Committed) -> None:
+        if self.reader is not None:
+            for offset, data in c.batches:
+                self.reader.cache.put(c.object_key, offset, data)
+        notify = self.broker.notifier.notify
+        for tip, (hwm, lso) in c.partitions.items():
+            o = self._offsets.get((tip.topic_id, tip.partition))
+            if o is None:
+                o = self._offsets[(tip.topic_id, tip.partition)] = [0, 0]
+            o[0] = max(o[0], hwm)
+            o[1] = max(o[1], lso)
+            notify(tip.topic, tip.partition)
+
+    def _on_objects_deleted(self, keys: list[str]) -> None:
+        if self.reader is not None:
+            for k in keys:
+                self.reader.cache.drop(k)
+
+    def _delete_uncommitted(self, key: str) -> None:
+        if self.storage is not None:
+            self._background(self.io_pool, self.storage.delete, [key], what=f"deleting uncommitted object {key}")
+
+    def _set_log_start(self, t: "TopicState", partition: int, lso: int) -> None:
+        o = self._offsets.get((t.topic_id, partition))
+        if o is not None and lso >= 0:
+            o[1] = max(o[1], lso)
+
+    def brokers(self) -> list[BrokerRack]:
+        """The brokers that can serve diskless partitions (this one; a cluster lists all)."""
+        return [BrokerRack(self.broker.node_id, self.broker.rack)]
+
+    # ==========================================================================================
+    # broker hooks
+    # ==========================================================================================
+
+    def create_partitions(self, t: "TopicState", partitions: range) -> None:
+        from plugins.coordinator.base import CreateTopicAndPartitionsRequest
+
+        if not len(partitions):
+            return
+        self._ensure_open()
+        assert self.coordinator is not None
+        try:
+            self.coordinator.create_topic_and_partitions(
+                [CreateTopicAndPartitionsRequest(t.topic_id, t.name, max(partitions) + 1)])
+        except Exception as err:
+            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create diskless partitions of {t.name}: {err}") from None
+        for p in partitions:
+            self._offsets.setdefault((t.topic_id, p), [0, 0])
+
+    def topic_deleted(self, t: "TopicState") -> None:
+        if not self.broker.is_diskless(t):
+            return
+        partitions = [k[1] for k in self._offsets if k[0] == t.topic_id]
+        self._forget(t.topic_id)
+        for p in partitions:
+            self.broker.notifier.notify(t.name, p)
+        if self.coordinator is not None:
+            self._background(self.coordinator_pool, self.coordinator.delete_topics, [t.topic_id],
+                             what=f"deleting diskless topic {t.name}")
+
+    def partitions_deleted(self, t: "TopicState", partitions: Iterable[int]) -> "asyncio.Future[Any] | None":
+        """KIP-694 shrink: the removed partitions' batches go; emptied objects are then collected
+        like any other. Returns an awaitable that completes when the coordinator has dropped them."""
+        parts = set(partitions)
+        if not self.broker.is_diskless(t) or not parts:
+            return None
+        self._forget(t.topic_id, parts)
+        for p in parts:
+            self.broker.notifier.notify(t.name, p)
+        if self.coordinator is None:
+            return None
+        return self._background(self.coordinator_pool, self.coordinator.delete_partitions, t.topic_id, parts,
+                                what=f"deleting diskless partitions {sorted(parts)} of {t.name}")
+
+    def partition_size_bytes(self, t: "TopicState", partition: int) -> int:
+        """Bytes of live batches of one partition (KIP-694 plans show what a shrink deletes)."""
+        if self.coordinator is None:
+            return 0
+        for info in self.coordinator.describe_logs([t.topic_id]):
+            if info.topic_id_partition.partition == partition:
+                return info.byte_size
+        return 0
+
+    def config_changed(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
+        self._settings.pop(topic.topic_id, None)
+
+    # ==========================================================================================
+    # produce / fetch / offsets
+    # ==========================================================================================
+
+    def append(self, t: "TopicState", partition: int, records: bytes) -> "asyncio.Future[dict[str, Any]]":
+        try:
+            self._ensure_open()
+        except BrokerError as err:
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            fut.set_exception(err)
+            return fut
+        assert self.appender is not None
+        log_append, max_message = self._topic_settings(t)
+        return self.appender.append(self.tip(t, partition), partition, records,
+                                    log_append_time=log_append, max_message_bytes=max_message)
+
+    def offsets(self, t: "TopicState", partition: int) -> tuple[int, int]:
+        o = self._offsets.get((t.topic_id, partition))
+        return (o[0], o[1]) if o is not None else (-1, -1)
+
+    async def read(self, t: "TopicState", partition: int, offset: int, max_bytes: int, *,
+                   min_one: bool) -> DisklessReadResult:
+        from plugins.coordinator.base import FindBatchRequest
+
+        self._ensure_open()
+        assert self.coordinator is not None and self.reader is not None
+        o = self._offsets.get((t.topic_id, partition))
+        if o is not None and offset == o[0] and offset >= o[1]:
+            return DisklessReadResult(b"", o[0], o[1], offset)  # at the log end: nothing to look up
+        started = time.monotonic()
+        tip = self.tip(t, partition)
+        limit = max(0, max_bytes)
+        resp = (await self._coord(self.coordinator.find_batches, [FindBatchRequest(tip, offset, limit)], limit))[0]
+        if resp.errors == OFFSET_OUT_OF_RANGE:
+            raise OffsetOutOfRange(offset, log_start_offset=resp.log_start_offset,
+                                   local_log_start_offset=resp.log_start_offset,
+                                   log_end_offset=resp.high_watermark)
+        if resp.errors != 0:
+            raise LogError(resp.errors, f"diskless partition {tip}")
+        if o is not None:
+            o[0] = max(o[0], resp.high_watermark)
+        batches = resp.batches
+        if batches and not min_one and batches[0].metadata.byte_size > limit:
+            batches = []
+        self.metrics.inc("diskless.read.count")
+        if not batches:
+            return DisklessReadResult(b"", resp.high_watermark, resp.log_start_offset, offset)
+        self.reader.track_fetch()
+        p = t.partitions.get(partition)
+        data = await self.reader.assemble(batches, p.leader_epoch if p is not None else 0)
+        self.metrics.inc("diskless.read.bytes", len(data))
+        self.metrics.observe("diskless.read.latency_ms", (time.monotonic() - started) * 1000)
+        return DisklessReadResult(data, resp.high_watermark, resp.log_start_offset, batches[-1].metadata.last_offset + 1)
+
+    async def list_offset(self, t: "TopicState", partition: int, timestamp: int) -> tuple[int, int]:
+        """ListOffsets: -1 latest, -2 earliest, -4 earliest local (= earliest: nothing is
+        tiered), -5 latest tiered (none: -1), -3 max timestamp, else the first record whose
+        timestamp is at least ``timestamp`` (refined inside the batch, as Kafka does)."""
+        from plugins.coordinator.base import ListOffsetsRequest
+
+        self._ensure_open()
+        assert self.coordinator is not None
+        hwm, lso = self.offsets(t, partition)
+        if hwm < 0:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"diskless partition {t.name}-{partition} is unknown")
+        if timestamp == -1:
+            return hwm, -1
+        if timestamp in (-2, -4):
+            return lso, -1
+        if timestamp == -5:
+            return -1, -1
+        if timestamp < 0 and timestamp != -3:
+            raise LogError(INVALID_REQUEST, f"unsupported ListOffsets timestamp {timestamp}")
+        tip = self.tip(t, partition)
+        resp = (await self._coord(self.coordinator.list_offsets, [ListOffsetsRequest(tip, timestamp)]))[0]
+        if resp.errors != 0:
+            raise LogError(resp.errors, f"diskless partition {tip}")
+        if resp.offset < 0:
+            return -1, -1
+        return await self._refine(t, partition, resp.offset, resp.timestamp, timestamp)
+
+    async def _refine(self, t: "TopicState", partition: int, offset: int, batch_ts: int, wanted: int) -> tuple[int, int]:
+        """The exact record inside the batch the coordinator found (it indexes batches only)."""
+        from kcli.storage.segment import iter_record_timestamps
+        from plugins.coordinator.base import FindBatchRequest
+
+        assert self.coordinator is not None and self.reader is not None
+        tip = self.tip(t, partition)
+        resp = (await self._coord(self.coordinator.find_batches, [FindBatchRequest(tip, offset, 1)], 1))[0]
+        if resp.errors != 0 or not resp.batches:
+            return offset, batch_ts
+        batch: "BatchInfo" = resp.batches[0]
+        data = await self.reader.assemble([batch], 0)
+        lso = resp.log_start_offset
+        for rec_offset, rec_ts in iter_record_timestamps(bytes(data)):
+            if rec_offset < lso:
+                continue
+            if (wanted == -3 and rec_ts == batch_ts) or (wanted >= 0 and rec_ts >= wanted):
+                return rec_offset, rec_ts
+        return offset, batch_ts
+
+    async def delete_records(self, t: "TopicState", partition: int, offset: int) -> int:
+        from plugins.coordinator.base import DeleteRecordsRequest
+
+        self._ensure_open()
+        assert self.coordinator is not None
+        resp = (await self._coord(self.coordinator.delete_records, [DeleteRecordsRequest(self.tip(t, partition), offset)]))[0]
+        if resp.errors == OFFSET_OUT_OF_RANGE:
+            hwm, _ = self.offsets(t, partition)
+            raise BrokerError(OFFSET_OUT_OF_RANGE,
+                              f"Cannot increment the log start offset to {offset} of partition {t.name}-{partition}"
+                              f" since it is larger than the high watermark {hwm}")
+        if resp.errors != 0:
+            raise BrokerError(resp.errors, f"diskless partition {t.name}-{partition}")
+        self._set_log_start(t, partition, resp.low_watermark)
+        return resp.low_watermark
+
+    def leader_for_client(self, client_id: str, p: "PartitionState") -> int:
+        """Metadata leader for a diskless partition: a broker in the client's rack if it asks."""
+        return choose_leader(client_rack(client_id), p.partition, p.leader, p.replicas, self.brokers())
+
+    # ==========================================================================================
+    # retention
+    # ==========================================================================================
+
+    async def _retention_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_interval_ms / 1000)
+            try:
+                await self.enforce_retention()
+                await self._refresh_offsets()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # pragma: no cover - keep the loop alive
+                log.exception("diskless retention failed")
+
+    async def _refresh_offsets(self) -> None:
+        """Re-read offsets from the coordinator (only ever moving them forward): the in-memory
+        copy is kept exact by every commit, this is a safety net, not the mechanism."""
+        assert self.coordinator is not None
+        for info in await self._coord(self.coordinator.describe_logs):
+            tip = info.topic_id_partition
+            o = self._offsets.get((tip.topic_id, tip.partition))
+            if o is not None:
+                o[0] = max(o[0], info.high_watermark)
+                o[1] = max(o[1], info.log_start_offset)
+
+    async def enforce_retention(self, now_ms: int | None = None) -> int:
+        """retention.ms / retention.bytes of every diskless partition; returns batches deleted."""
+        from plugins.coordinator.base import RetentionRequest
+
+        if self.coordinator is None:
+            return 0
+        b = self.broker
+        requests = []
+        topics: dict[uuid.UUID, "TopicState"] = {}
+        for t in list(b.state.topics.values()):
+            if not b.is_diskless(t):
+                continue
+            topics[t.topic_id] = t
+            retention_ms = int(b.topic_config_value(t, "retention.ms"))
+            retention_bytes = int(b.topic_config_value(t, "retention.bytes"))
+            if retention_ms < 0 and retention_bytes < 0:
+                continue
+            for p in self._live_partitions(t):
+                requests.append(RetentionRequest(self.tip(t, p), retention_ms, retention_bytes))
+        if not requests:
+            return 0
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        results = await self._coord(self.coordinator.enforce_retention, requests, now)
+        deleted = 0
+        for r in results:
+            if r.errors != 0:
+                continue
+            t = topics.get(r.topic_id_partition.topic_id)
+            if t is not None:
+                self._set_log_start(t, r.topic_id_partition.partition, r.log_start_offset)
+            deleted += r.deleted_batches
+        if deleted:
+            self.metrics.inc("diskless.retention.deleted_batches", deleted)
+        return deleted
+
+    # ==========================================================================================
+    # observability
+    # ==========================================================================================
+
+    def gauges(self) -> dict[str, Any]:
+        """Point-in-time values for `kcli broker metrics` (counters live in broker.metrics)."""
+        if self.coordinator is None:
+            return {"diskless.open": False}
+        assert self.appender is not None and self.reader is not None and self.storage is not None
+        return {
+            "diskless.open": True,
+            "diskless.storage": self.storage.describe(),
+            "diskless.buffer.bytes": self.appender.buffered_bytes,
+            "diskless.objects.in_flight": self.appender.objects_in_flight,
+            "diskless.cache.bytes": self.reader.cache.size,
+            "diskless.cache.entries": len(self.reader.cache),
+            "diskless.cache.max.bytes": self.reader.cache.max_bytes,
+        }

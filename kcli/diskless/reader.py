@@ -1,0 +1,234 @@
+"""The diskless fetch path (KIP-1163 "Consume path", direct read from object storage).
+
+find_batches gives batch coordinates; the batches of one object that lie back to back (a
+partition's run in a WAL object) are fetched with ONE ranged GET; a bounded LRU cache of object
+ranges (one entry per batch) serves repeated and tailing reads — freshly committed batches are
+put in it as the producer sent them, so a consumer at the log end usually needs no GET at all. The stored batches still carry the
+producer's offsets, so each batch gets its assigned base offset and leader epoch written into
+its header (outside the CRC) and, for LogAppendTime topics, the timestamp-type bit and
+maxTimestamp — the only rewrite that changes CRC-covered bytes, so the only one that
+recomputes the CRC, and only when the bytes actually differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kcli.records.batch import (
+    InvalidBatchError,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError
+
+if TYPE_CHECKING:
+    from kcli.broker.metrics import Metrics
+    from plugins.coordinator.base import BatchInfo
+    from plugins.objectstore.base import ObjectStorage
+
+log = logging.getLogger("kcli.diskless.reader")
+
+LOG_APPEND_TIME = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DisklessReadResult:
+    """What the Fetch handler needs (same attribute names as a classic log's ReadResult)."""
+
+    records: bytes | bytearray
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+class RangeCache:
+    """LRU cache of object byte ranges — one entry per batch, keyed by (object, byte offset) —
+    bounded by total bytes. Batch-sized entries let committed objects go in without joining
+    their batches, and every later read of any of those batches hits exactly."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max(0, int(max_bytes))
+        self._entries: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._by_key: dict[str, set[int]] = {}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str, start: int, size: int) -> bytes | None:
+        data = self._entries.get((key, start))
+        if data is None or len(data) != size:
+            return None
+        self._entries.move_to_end((key, start))
+        return data
+
+    def put(self, key: str, start: int, data: bytes) -> None:
+        n = len(data)
+        if n == 0 or n > self.max_bytes:
+            return
+        old = self._entries.pop((key, start), None)
+        if old is not None:
+            self.size -= len(old)
+        self._entries[(key, start)] = data
+        self._by_key.setdefault(key, set()).add(start)
+        self.size += n
+        while self.size > self.max_bytes and self._entries:
+            (k, s), evicted = self._entries.popitem(last=False)
+            self.size -= len(evicted)
+            starts = self._by_key.get(k)
+            if starts is not None:
+                starts.discard(s)
+                if not starts:
+                    del self._by_key[k]
+
+    def drop(self, key: str) -> None:
+        for s in self._by_key.pop(key, set()):
+            data = self._entries.pop((key, s), None)
+            if data is not None:
+                self.size -= len(data)
+
+
+def coalesce(batches: list["BatchInfo"]) -> list[tuple[str, int, int]]:
+    """(object key, start, size) ranges covering ``batches``, adjacent ones of an object merged."""
+    ranges: list[list[Any]] = []
+    open_by_key: dict[str, list[Any]] = {}
+    for b in batches:
+        start, size = b.metadata.byte_offset, b.metadata.byte_size
+        cur = open_by_key.get(b.object_key)
+        if cur is not None and cur[1] + cur[2] == start:
+            cur[2] += size
+            continue
+        cur = [b.object_key, start, size]
+        open_by_key[b.object_key] = cur
+        ranges.append(cur)
+    return [(k, s, n) for k, s, n in ranges]
+
+
+class Reader:
+    """Turns batch coordinates into Fetch bytes; counts GETs per Fetch request."""
+
+    def __init__(self, *, storage: "ObjectStorage", io_pool: Executor, metrics: "Metrics", cache_bytes: int) -> None:
+        self.storage = storage
+        self.io_pool = io_pool
+        self.metrics = metrics
+        self.cache = RangeCache(cache_bytes)
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
+        self._gets_by_task: dict[asyncio.Task[Any], int] = {}
+
+    async def assemble(self, batches: list["BatchInfo"], leader_epoch: int) -> bytearray:
+        """The batches' bytes, in order, with offsets (and LogAppendTime) written in."""
+        if not batches:
+            return bytearray()
+        pieces: list[bytes | memoryview | None] = []
+        missing: list["BatchInfo"] = []
+        cache = self.cache
+        for b in batches:
+            hit = cache.get(b.object_key, b.metadata.byte_offset, b.metadata.byte_size)
+            pieces.append(hit)
+            if hit is None:
+                missing.append(b)
+        if len(missing) < len(batches):
+            self.metrics.inc("diskless.cache.hits", len(batches) - len(missing))
+        if missing:
+            self.metrics.inc("diskless.cache.misses", len(missing))
+            ranges = coalesce(missing)
+            datas = await asyncio.gather(*(self._range(k, s, n) for k, s, n in ranges))
+            fetched: dict[tuple[str, int], bytes] = {}
+            for (k, s, _n), data in zip(ranges, datas):
+                view = memoryview(data)
+                for b in missing:
+                    md = b.metadata
+                    if b.object_key == k and s <= md.byte_offset and md.byte_offset + md.byte_size <= s + len(view):
+                        piece = bytes(view[md.byte_offset - s : md.byte_offset - s + md.byte_size])
+                        fetched[(k, md.byte_offset)] = piece
+                        cache.put(k, md.byte_offset, piece)
+            pieces = [p if p is not None else fetched[(b.object_key, b.metadata.byte_offset)]
+                      for p, b in zip(pieces, batches)]
+        total = sum(b.metadata.byte_size for b in batches)
+        out = bytearray(total)
+        pos = 0
+        for b, src in zip(batches, pieces):
+            md = b.metadata
+            size = md.byte_size
+            out[pos : pos + size] = src  # type: ignore[index]
+            try:
+                h = read_header(out, pos)
+            except InvalidBatchError as err:
+                raise self._corrupt(b, str(err)) from None
+            if h.size != size or h.last_offset_delta != md.last_offset - md.base_offset:
+                raise self._corrupt(b, f"header says {h.size} bytes / {h.last_offset_delta + 1} records, "
+                                       f"coordinator {size} bytes / {md.last_offset - md.base_offset + 1} records")
+            set_base_offset(out, pos, md.base_offset)
+            set_partition_leader_epoch(out, pos, leader_epoch)
+            if md.timestamp_type == LOG_APPEND_TIME and not (
+                h.is_log_append_time and h.max_timestamp == md.log_append_timestamp
+            ):
+                set_log_append_time(out, h, md.log_append_timestamp)
+            pos += size
+        return out
+
+    @staticmethod
+    def _corrupt(b: "BatchInfo", why: str) -> LogError:
+        md = b.metadata
+        return LogError(KAFKA_STORAGE_ERROR,
+                        f"batch {md.base_offset}..{md.last_offset} at byte {md.byte_offset} of {b.object_key}: {why}")
+
+    async def _range(self, key: str, start: int, size: int) -> bytes:
+        """One ranged GET; concurrent readers of the same range share it."""
+        ident = (key, start, size)
+        fut = self._inflight.get(ident)
+        if fut is not None:  # the same range is already being fetched for another reader
+            return await asyncio.shield(fut)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._inflight[ident] = fut
+        self._count_get()
+        started = time.monotonic()
+        try:
+            from plugins.objectstore.base import ByteRange
+
+            data = await loop.run_in_executor(self.io_pool, self.storage.fetch, key, ByteRange(start, size))
+        except asyncio.CancelledError:
+            # Readers sharing this GET must not hang: they get a retriable storage error.
+            fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"read of WAL object {key} was cancelled"))
+            fut.exception()
+            raise
+        except Exception as err:  # noqa: BLE001 - any backend failure
+            self.metrics.inc("diskless.get.errors")
+            error = LogError(KAFKA_STORAGE_ERROR, f"cannot read {size} bytes at {start} of WAL object {key}: {err}")
+            fut.set_exception(error)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody else waits
+            raise error from None
+        finally:
+            self._inflight.pop(ident, None)
+        self.metrics.inc("diskless.get.count")
+        self.metrics.inc("diskless.get.bytes", len(data))
+        self.metrics.observe("diskless.get.latency_ms", (time.monotonic() - started) * 1000)
+        fut.set_result(data)
+        return data
+
+    def track_fetch(self) -> None:
+        """Count the current request task as a Fetch that read diskless data (maybe 0 GETs)."""
+        task = asyncio.current_task()
+        if task is not None and task not in self._gets_by_task:
+            self._gets_by_task[task] = 0
+            task.add_done_callback(self._observe_task)
+
+    def _count_get(self) -> None:
+        """GETs per Fetch request: tally per request task, observed when the task ends."""
+        self.track_fetch()
+        task = asyncio.current_task()
+        if task is not None:
+            self._gets_by_task[task] += 1
+
+    def _observe_task(self, task: asyncio.Task[Any]) -> None:
+        gets = self._gets_by_task.pop(task, 0)
+        self.metrics.observe("diskless.fetch.gets_per_request", gets)
