@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kcli.fsutil import atomic_write_text
 from kcli.errors import UsageError
 
 CONFIG_ENV = "KCLI_CONFIG"
@@ -176,17 +176,7 @@ def save(config: ContextsConfig) -> None:
     path = config.path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                yaml.safe_dump(body, fh, sort_keys=False, default_flow_style=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, yaml.safe_dump(body, sort_keys=False, default_flow_style=False))
     except OSError as err:
         raise UsageError(f"cannot write contexts file {path}: {err.strerror or err}") from None
 

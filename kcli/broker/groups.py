@@ -17,7 +17,6 @@ at start and compacted when it is mostly superseded records.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import struct
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from crc32c import crc32c
+from kcli.crcjson import decode_line, encode_line
 
 log = logging.getLogger("kcli.broker.groups")
 
@@ -417,20 +416,8 @@ class OffsetStoreError(Exception):
     """The offsets log cannot be read or written."""
 
 
-def _encode(rec: dict[str, Any]) -> bytes:
-    payload = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode()
-    return b"%08x " % crc32c(payload) + payload + b"\n"
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        crc_hex, payload = line.split(b" ", 1)
-        if int(crc_hex, 16) != crc32c(payload):
-            return None
-        rec = json.loads(payload)
-        return rec if isinstance(rec, dict) else None
-    except (ValueError, json.JSONDecodeError):
-        return None
+_encode = encode_line
+_decode = decode_line
 
 
 class OffsetStore:

@@ -9,14 +9,13 @@ with a clear error instead of guessing.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from crc32c import crc32c
+from kcli.crcjson import decode_line, encode_line
 
 # Partition modes (KIP-694).
 MODE_READ_WRITE = 0
@@ -175,15 +174,7 @@ class MetadataLog:
                 f.truncate(good_end)
                 os.fsync(f.fileno())
 
-    @staticmethod
-    def _decode(line: bytes) -> dict[str, Any] | None:
-        try:
-            crc_hex, payload = line.split(b" ", 1)
-            if int(crc_hex, 16) != crc32c(payload):
-                return None
-            return json.loads(payload)
-        except (ValueError, json.JSONDecodeError):
-            return None
+    _decode = staticmethod(decode_line)
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write and fsync ``records`` as one unit, then apply them to the state."""
@@ -194,8 +185,7 @@ class MetadataLog:
             raise MetadataLogError("metadata log is not open")
         chunk = bytearray()
         for rec in records:
-            payload = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode()
-            chunk += b"%08x " % crc32c(payload) + payload + b"\n"
+            chunk += encode_line(rec)
         start = os.lseek(self._fd, 0, os.SEEK_END)
         try:
             view = memoryview(bytes(chunk))

@@ -20,12 +20,12 @@ import hmac
 import logging
 import os
 import secrets
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcli.fsutil import atomic_write_text
 from kcli.broker.configs import ConfigError
 
 log = logging.getLogger("kcli.broker.sasl")
@@ -193,17 +193,7 @@ class UsersFile:
         path = self.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    os.fchmod(fh.fileno(), 0o600)
-                    fh.write("".join(f"{ln}\n" for ln in self.lines))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write_text(path, "".join(f"{ln}\n" for ln in self.lines))
         except OSError as err:
             raise UsersFileError(f"cannot write SASL users file {path}: {err.strerror or err}") from None
 

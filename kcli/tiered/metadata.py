@@ -16,7 +16,6 @@ live segments it is rewritten (temp file, fsync, rename) at open.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -25,7 +24,7 @@ from bisect import bisect_left, bisect_right, insort_right
 from pathlib import Path
 from typing import Any, Iterable
 
-from crc32c import crc32c
+from kcli.crcjson import decode_line, encode_line
 
 from plugins.rsm.base import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
@@ -251,19 +250,8 @@ def _start(md: RemoteLogSegmentMetadata) -> int:
     return md.start_offset
 
 
-def _encode(rec: dict[str, Any]) -> bytes:
-    payload = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode()
-    return b"%08x " % crc32c(payload) + payload + b"\n"
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        crc_hex, payload = line.split(b" ", 1)
-        if int(crc_hex, 16) != crc32c(payload):
-            return None
-        return json.loads(payload)
-    except (ValueError, json.JSONDecodeError):
-        return None
+_encode = encode_line
+_decode = decode_line
 
 
 def load(data_dir: Path) -> RemoteLogMetadataStore:
