@@ -106,7 +106,9 @@ def main() -> None:
             sys.stdout.write(err.format_message() + "\n")
             raise SystemExit(2)
         if hasattr(err, "format_message") and getattr(err, "exit_code", None) == 2:  # UsageError
-            fail(UsageError(err.format_message().splitlines()[-1] if err.format_message() else str(err)), verbose)
+            # One line: click spreads some messages over several ("Choose from:\n\tbash,\n\tzsh").
+            message = " ".join(part.strip() for part in (err.format_message() or str(err)).splitlines() if part.strip())
+            fail(UsageError(message), verbose)
         if isinstance(err, typer.Exit) or type(err).__name__ == "Exit":
             raise SystemExit(err.exit_code)
         if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # other ClickException

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from kcli.cli.common import OutputFormat, options
+from kcli.engine.select import Engine
 from kcli.errors import UsageError
 
 DECODER_HELP = "string (default, UTF-8), hex, base64 or json (compact; per-record error if not JSON)."
@@ -49,6 +50,10 @@ def dump_log(
     jobs: Optional[int] = typer.Option(
         None, "--jobs", min=1, help="Worker processes for deep iteration of one big local file (default: CPUs up to 8 if there are 4 or more, else 1)."
     ),
+    engine: Engine = typer.Option(
+        Engine.auto, "--engine", help="Dump many files here (local), on PySpark (spark), or pick by total size (auto; docs/spark-engine.md)."
+    ),
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])."),
 ) -> None:
     """Dump log segments, indexes and WAL segment objects in kafka-dump-log's format.
 
@@ -102,10 +107,18 @@ def dump_log(
         jobs=jobs or default_jobs(),
     )
     emit = sys.stdout.write
+    inputs = list(expand(args))
+    from kcli.engine.dump import dump_on_engine
+
+    code = dump_on_engine(inputs, dump_opts, coordinator, engine, spark_master, opts.verbose, emit)
+    if code is not None:  # it ran on Spark
+        if close_lookup is not None:
+            close_lookup()
+        raise SystemExit(code)
     failed = False
     reports: list[str] = []
     try:
-        for item in expand(args):
+        for item in inputs:
             if isinstance(item, SourceError):
                 _stderr(f"kcli: error: {item}")
                 failed = True

@@ -28,6 +28,7 @@ from kcli.records.batch import (
     set_partition_leader_epoch,
 )
 from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError
+from plugins.objectstore.base import ObjectNotFound
 
 if TYPE_CHECKING:
     from kcli.broker.metrics import Metrics
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcli.diskless.reader")
 
 LOG_APPEND_TIME = 1
+GET_ATTEMPTS = 1
+GET_RETRY_BACKOFF_S = 0.025
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +198,20 @@ class Reader:
         try:
             from plugins.objectstore.base import ByteRange
 
-            data = await loop.run_in_executor(self.io_pool, self.storage.fetch, key, ByteRange(start, size))
+            # A Fetch over many small objects makes many GETs; failing it whole on any one failed
+            # GET would stall a consumer at a few percent of failed requests (found by the crash
+            # soak with FaultyObjectStorage), so each GET gets GET_ATTEMPTS tries.
+            for attempt in range(1, GET_ATTEMPTS + 1):
+                try:
+                    data = await loop.run_in_executor(self.io_pool, self.storage.fetch, key, ByteRange(start, size))
+                    break
+                except ObjectNotFound:
+                    raise
+                except Exception:  # noqa: BLE001 - any backend failure: retried, then reported below
+                    if attempt == GET_ATTEMPTS:
+                        raise
+                    self.metrics.inc("diskless.get.retries")
+                    await asyncio.sleep(GET_RETRY_BACKOFF_S * attempt)
         except asyncio.CancelledError:
             # Readers sharing this GET must not hang: they get a retriable storage error.
             fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"read of WAL object {key} was cancelled"))

@@ -21,8 +21,9 @@ from aiokafka.record._crecords import DefaultRecordBatch
 
 from kcli.dumplog import decoders
 from kcli.dumplog.annotate import BatchLookup, FileAnnotations, MetadataSourceError, annotations_for
+from kcli.dumplog.batchlines import scan_batch_lines
 from kcli.dumplog.detect import Detection, Kind, UnsupportedWalVersion, detect
-from kcli.dumplog.format import INT_MAX, RecordFormatter, batch_json, batch_text, codec_name, delete_horizon
+from kcli.dumplog.format import RecordFormatter, batch_json, batch_text
 from kcli.dumplog.readers import (
     LOG_OVERHEAD,
     ScanState,
@@ -185,6 +186,7 @@ class RangeResult:
     batches: int = 0
     records: int = 0
     bad_crc: bool = False
+    first_bad_crc: int = -1  # position of the first batch failing its CRC (for the error line)
     errors: list[str] = field(default_factory=list)
     seen: list[int] = field(default_factory=list)  # batch positions (for WAL annotation)
     first_offset: int = -1
@@ -274,6 +276,8 @@ def _finish_log(
         result.invalid = True
     if rr.reason:
         result.errors.append(rr.reason)
+    if rr.bad_crc:  # stdout says "isvalid: false"; stderr says where, so exit 1 is never silent
+        result.errors.append(f"the batch at position {rr.first_bad_crc} of {name} fails its CRC-32C check")
     trailing = end - rr.end
     if trailing > 0 and (opts.max_bytes is None or rr.reason):
         if opts.json:
@@ -281,6 +285,8 @@ def _finish_log(
         else:
             out.append(f"Found {trailing} invalid bytes at the end of {source.basename}\n")
         result.invalid = True
+        if not rr.reason:  # a truncated batch: say where on stderr too (exit 1 is never silent)
+            result.errors.append(f"{trailing} bytes at position {rr.end} of {name} are not a complete batch")
     ann = ctx.annotations
     if ann is not None and ann.object_key is not None:
         for off, a in ann.unmatched(rr.seen):
@@ -320,37 +326,16 @@ def _scan_range(source: Source, start: int, end: int, ctx: _LogContext, out: _Ou
     batches = records = 0
     bad_crc = False
     if not ctx.deep and not ctx.json and ann is None:
-        # Batch-level text, the common case: constant fields cached per producer/attributes.
-        parts: dict[tuple, tuple[str, str, str]] = {}
-        for h, _win, _rel, valid in iter_batches(source, start, end, state):
-            base, length, ple, magic, crc, attrs, lod, base_ts, max_ts, pid, epoch, bseq, count = h
-            key = (ple, attrs, pid, epoch, magic)
-            p = parts.get(key)
-            if p is None or attrs & 0x40:
-                p = parts[key] = _batch_parts(ple, attrs, pid, epoch, base_ts, magic)
-            if bseq == -1:
-                lseq = -1
-            elif bseq > INT_MAX - lod:
-                lseq = lod - (INT_MAX - bseq) - 1
-            else:
-                lseq = bseq + lod
-            append(
-                f"baseOffset: {base} lastOffset: {base + lod} count: {count} baseSequence: {bseq} "
-                f"lastSequence: {lseq} {p[0]}{position}{p[1]}{max_ts} size: {length + 12}{p[2]}{crc} "
-                f"isvalid: {'true' if valid else 'false'}\n"
-            )
-            if not valid:
-                bad_crc = True
-            batches += 1
-            position += length + 12
-            if len(buf) >= FLUSH_ITEMS:
-                out.flush()
+        # Batch-level text, the common case: a loop of its own (kcli/dumplog/batchlines.py).
+        batches, first_bad = scan_batch_lines(source, start, end, state, buf, out.flush)
+        if first_bad >= 0:
+            bad_crc, rr.first_bad_crc = True, first_bad
     else:
         for h, win, rel, valid in iter_batches(source, start, end, state):
             size = h[1] + LOG_OVERHEAD
             batches += 1
-            if not valid:
-                bad_crc = True
+            if not valid and not bad_crc:
+                bad_crc, rr.first_bad_crc = True, position
             extra_text = ""
             extra_json: dict[str, Any] | None = None
             if ann is not None:
@@ -395,17 +380,6 @@ def _scan_range(source: Source, start: int, end: int, ctx: _LogContext, out: _Ou
         rr.non_consecutive = formatter.non_consecutive
         rr.decode_errors = formatter.decode_errors
     return rr
-
-
-def _batch_parts(ple: int, attrs: int, pid: int, epoch: int, base_ts: int, magic: int) -> tuple[str, str, str]:
-    """The constant stretches of a batch line for one (producer, epoch, attributes) combination."""
-    return (
-        f"producerId: {pid} producerEpoch: {epoch} partitionLeaderEpoch: {ple} "
-        f"isTransactional: {'true' if attrs & 0x10 else 'false'} isControl: {'true' if attrs & 0x20 else 'false'} "
-        f"deleteHorizonMs: {delete_horizon(attrs, base_ts)} position: ",
-        f" {'LogAppendTime' if attrs & 8 else 'CreateTime'}: ",
-        f" magic: {magic} compresscodec: {codec_name(attrs)} crc: ",
-    )
 
 
 def _range_worker(args: tuple[str, str, int, int, _LogContext]) -> RangeResult:
@@ -468,6 +442,8 @@ def _merge(into: RangeResult, rr: RangeResult) -> None:
     into.reason = rr.reason
     into.batches += rr.batches
     into.records += rr.records
+    if not into.bad_crc and rr.bad_crc:
+        into.first_bad_crc = rr.first_bad_crc
     into.bad_crc = into.bad_crc or rr.bad_crc
     into.errors.extend(rr.errors)
     into.seen.extend(rr.seen)

@@ -12,7 +12,9 @@ checksum of a 16 KiB batch.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from itertools import chain, repeat
+from operator import attrgetter, sub
+from typing import Any, Callable, Iterable
 
 from aiokafka.record._crecords import DefaultRecordBatch
 
@@ -34,7 +36,6 @@ CONTROL_TYPES = {
     5: "KRAFT_VERSION",
     6: "KRAFT_VOTERS",
 }
-_SIZE_STRINGS = [str(i) for i in range(1 << 14)]  # key/value sizes as text, for the record hot path
 _I16_I16 = struct.Struct(">hh")
 _I16_I32 = struct.Struct(">hi")
 
@@ -127,6 +128,145 @@ def control_json(key: bytes | None, value: bytes | None) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------- record lines, by column
+#
+# Deep iteration spends its time turning ints into text, one Python step per record. The metadata
+# lines (the default --deep-iteration output) are therefore built a batch at a time, by column:
+# aiokafka's compiled decoder gives the records, C-level ``map``s pull each field out, and the lines
+# come out of one ``str.join`` over per-record pieces. Ints are mostly not converted at all: record
+# offsets and sequences are consecutive runs, so their text is a slice of a table of 4-digit
+# strings under a shared prefix; timestamps of one batch share their leading digits too (else a
+# per-batch dict does them once each); key/value sizes repeat and come from caches.
+
+_OFFSET = attrgetter("offset")
+_TIMESTAMP = attrgetter("timestamp")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+_HEADERS = attrgetter("headers")
+BLOCK = 10_000  # digit tables cover the last 4 decimal digits
+CACHE_LIMIT = 1 << 16
+
+
+class _IntText(dict):
+    """``n -> str(n) + suffix``, filled on demand (sizes repeat; cleared if it ever grows large)."""
+
+    def __init__(self, suffix: str) -> None:
+        super().__init__()
+        self.suffix = suffix
+
+    def __missing__(self, n: int) -> str:
+        if len(self) >= CACHE_LIMIT:
+            self.clear()
+        text = self[n] = f"{n}{self.suffix}"
+        return text
+
+
+_DIGITS: dict[str, tuple[list[str], list[str]]] = {}
+_SIZE_TEXT: dict[str, _IntText] = {}
+
+
+def _digits(suffix: str) -> tuple[list[str], list[str]]:
+    """Tables of ``0000..9999`` (zero-padded, and plain for numbers below BLOCK) + ``suffix``."""
+    tables = _DIGITS.get(suffix)
+    if tables is None:
+        tables = _DIGITS[suffix] = ([f"{i:04d}{suffix}" for i in range(BLOCK)], [f"{i}{suffix}" for i in range(BLOCK)])
+    return tables
+
+
+def _size_text(suffix: str) -> _IntText:
+    cache = _SIZE_TEXT.get(suffix)
+    if cache is None:
+        cache = _SIZE_TEXT[suffix] = _IntText(suffix)
+    return cache
+
+
+def _consecutive(values: list[int]) -> bool:
+    n = len(values)
+    if not n:
+        return True
+    first = values[0]
+    return values[-1] - first == n - 1 and values == list(range(first, first + n))
+
+
+def _run(first: int, n: int, label: str, suffix: str) -> tuple[Iterable[str], Iterable[str]]:
+    """Text of the ints ``first .. first + n - 1`` (first >= 0) as two piece streams:
+    ``label`` + leading digits, then the last four digits + ``suffix``."""
+    padded, plain = _digits(suffix)
+    high, low = divmod(first, BLOCK)
+    heads: list[Iterable[str]] = []
+    lows: list[Iterable[str]] = []
+    while n > 0:
+        k = min(n, BLOCK - low)
+        if high:
+            heads.append(repeat(f"{label}{high}", k))
+            lows.append(padded[low : low + k])
+        else:
+            heads.append(repeat(label, k))
+            lows.append(plain[low : low + k])
+        n -= k
+        high += 1
+        low = 0
+    if len(heads) == 1:
+        return heads[0], lows[0]
+    return chain.from_iterable(heads), chain.from_iterable(lows)
+
+
+def _lengths(items: Iterable[bytes | None]) -> list[int]:
+    try:
+        return list(map(len, items))
+    except TypeError:  # a null key or value: Kafka prints -1
+        return []
+
+
+def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tuple) -> str | None:
+    """The ``| offset: ...`` lines of a non-control batch, or None when it needs the per-record path
+    (sequences that wrap or run over non-consecutive offsets)."""
+    n = len(records)
+    base = h[0]
+    bseq = h[11]
+    headers = list(map(_HEADERS, records))
+    tail = " headerKeys: " if any(headers) else " headerKeys: []\n"
+    if bseq >= 0:
+        first_seq = bseq + offsets[0] - base
+        if not consecutive or first_seq < 0 or first_seq + n - 1 > INT_MAX:
+            return None  # wraps at Integer.MAX_VALUE, or gaps: incrementSequence per record
+        seq_heads, seq_lows = _run(first_seq, n, "", tail)
+        value_suffix = " sequence: "
+    else:
+        seq_heads = seq_lows = None
+        value_suffix = " sequence: -1" + tail
+    # offsets; the timestamp label rides on the end of the offset text
+    label = " LogAppendTime: " if h[5] & 0x08 else " CreateTime: "
+    if consecutive and offsets[0] >= 0:
+        off_heads, off_lows = _run(offsets[0], n, "| offset: ", label)
+    else:
+        off_heads, off_lows = repeat("| offset: "), [f"{o}{label}" for o in offsets]
+    columns: list[Iterable[str]] = [off_heads, off_lows]
+    # timestamps: the leading digits once per batch and the last four from a table, or (when
+    # few) each distinct timestamp converted once
+    stamps = list(map(_TIMESTAMP, records))
+    distinct = set(stamps)
+    low_ts = min(distinct)
+    high = low_ts // BLOCK
+    if len(distinct) * 4 > n and low_ts >= BLOCK and max(distinct) // BLOCK == high:
+        columns.append(repeat(str(high)))
+        columns.append(map(_digits(" keySize: ")[0].__getitem__, map(sub, stamps, repeat(high * BLOCK))))
+    else:
+        by_ts = {t: f"{t} keySize: " for t in distinct}
+        columns.append(map(by_ts.__getitem__, stamps))
+    # key and value sizes
+    key_sizes = _lengths(map(_KEY, records)) or [-1 if k is None else len(k) for k in map(_KEY, records)]
+    value_sizes = _lengths(map(_VALUE, records)) or [-1 if v is None else len(v) for v in map(_VALUE, records)]
+    columns.append(map(_size_text(" valueSize: ").__getitem__, key_sizes))
+    columns.append(map(_size_text(value_suffix).__getitem__, value_sizes))
+    if seq_heads is not None:
+        columns.append(seq_heads)
+        columns.append(seq_lows)
+    if tail == " headerKeys: ":
+        columns.append([f"[{','.join([x[0] for x in hs])}]\n" if hs else "[]\n" for hs in headers])
+    return "".join(map("".join, zip(*columns)))
+
+
 class RecordFormatter:
     """Turns one batch's records into text or JSON; the per-record loops live here.
 
@@ -152,73 +292,56 @@ class RecordFormatter:
         self.non_consecutive: list[tuple[int, int]] = []
         self.decode_errors = 0
 
-    def _track(self, offsets: list[int]) -> None:
-        """Kafka's non-consecutive offset check, done per batch with C-level comparisons."""
+    def _track(self, offsets: list[int]) -> bool:
+        """Kafka's non-consecutive offset check, done per batch with C-level comparisons.
+        Returns whether the batch's own offsets are consecutive."""
         if not offsets:
-            return
+            return True
         last = self.last_offset
         first = offsets[0]
         if self.first_offset == -1:
             self.first_offset = first
         if last != -1 and first != last + 1:
             self.non_consecutive.append((last, first))
-        n = len(offsets)
-        if offsets[-1] - first != n - 1 or offsets != list(range(first, first + n)):
+        consecutive = _consecutive(offsets)
+        if not consecutive:
             prev = first
             for o in offsets[1:]:
                 if o != prev + 1:
                     self.non_consecutive.append((prev, o))
                 prev = o
         self.last_offset = offsets[-1]
+        return consecutive
 
     def text(self, buf: memoryview | bytes, h: tuple, out: list[str]) -> int:
-        """Append one line per record (each ending in newline); returns the record count."""
+        """Append the batch's record lines (each ending in newline); returns the record count."""
+        records = list(DefaultRecordBatch(buf))
+        offsets = list(map(_OFFSET, records))
+        consecutive = self._track(offsets) if self.track_offsets else _consecutive(offsets)
+        if not self.skip_metadata and not self.print_data and not h[5] & 0x20 and records:
+            text = _metadata_lines(records, offsets, consecutive, h)
+            if text is not None:
+                out.append(text)
+                return len(records)
+        self._text_records(records, h, out)
+        return len(records)
+
+    def text_reference(self, buf: memoryview | bytes, h: tuple, out: list[str]) -> int:
+        """:meth:`text` without the column fast path: one record at a time (tests compare the two)."""
+        records = list(DefaultRecordBatch(buf))
+        if self.track_offsets:
+            self._track([r.offset for r in records])
+        self._text_records(records, h, out)
+        return len(records)
+
+    def _text_records(self, records: list, h: tuple, out: list[str]) -> None:
+        """Every variant (data, skipped metadata, control records), one record at a time."""
         attrs = h[5]
         base = h[0]
         bseq = h[11]
         control = bool(attrs & 0x20)
         ts_name = "LogAppendTime" if attrs & 0x08 else "CreateTime"
-        records = list(DefaultRecordBatch(buf))
-        if self.track_offsets:
-            self._track([r.offset for r in records])
         append = out.append
-        if not self.skip_metadata and not self.print_data and not control:
-            # The hot path (metadata only). Sizes come from a table of strings, timestamps from
-            # a per-batch cache (producers stamp many records with the same millisecond), and
-            # sequences from the offset when the batch does not wrap: every int->str saved counts.
-            sizes = _SIZE_STRINGS
-            pre = "| offset: "
-            mid = f" {ts_name}: "
-            tcache: dict[int, str] = {}
-            wraps = bseq >= 0 and bseq > INT_MAX - h[6]
-            shift = base - bseq
-            for r in records:
-                k = r.key
-                v = r.value
-                try:
-                    ks = sizes[len(k)] if k is not None else "-1"
-                    vs = sizes[len(v)] if v is not None else "-1"
-                except IndexError:
-                    ks = str(len(k)) if k is not None else "-1"
-                    vs = str(len(v)) if v is not None else "-1"
-                t = r.timestamp
-                ts = tcache.get(t)
-                if ts is None:
-                    ts = tcache[t] = str(t)
-                o = r.offset
-                if bseq < 0:
-                    seq = -1
-                elif wraps:
-                    seq = increment_sequence(bseq, o - base)
-                else:
-                    seq = o - shift
-                hs = r.headers
-                if hs:
-                    hk = "[" + ",".join([x[0] for x in hs]) + "]"
-                    append(f"{pre}{o}{mid}{ts} keySize: {ks} valueSize: {vs} sequence: {seq} headerKeys: {hk}\n")
-                else:
-                    append(f"{pre}{o}{mid}{ts} keySize: {ks} valueSize: {vs} sequence: {seq} headerKeys: []\n")
-            return len(records)
         kdec = self.key_decoder
         vdec = self.value_decoder
         for r in records:
@@ -244,7 +367,6 @@ class RecordFormatter:
                     parts.append(f" payload: {self._decode(vdec, v)}")
             parts.append("\n")
             append("".join(parts))
-        return len(records)
 
     def _decode(self, decoder: Callable[[bytes], Any], data: bytes) -> Any:
         try:
@@ -261,7 +383,7 @@ class RecordFormatter:
         ts_name = timestamp_type(attrs)
         records = list(DefaultRecordBatch(buf))
         if self.track_offsets:
-            self._track([r.offset for r in records])
+            self._track(list(map(_OFFSET, records)))
         for r in records:
             k = r.key
             v = r.value

@@ -69,7 +69,7 @@ def iter_batches(source: Source, start: int, end: int, state: ScanState) -> Iter
             if length < RECORD_OVERHEAD_V0:
                 state.reason = (
                     f"Found record size {length} smaller than minimum record overhead "
-                    f"({RECORD_OVERHEAD_V0}) in file {source.name}."
+                    f"({RECORD_OVERHEAD_V0}) at position {pos} in file {source.name}."
                 )
                 break
             size = length + LOG_OVERHEAD

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kcli import faults
 from kcli.records.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -424,6 +425,7 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> Segment:
         old = self._active
         old.on_become_inactive()
+        faults.pause("log.roll")  # crash tests only (kcli/faults.py); a no-op otherwise
         new = self._add_segment(self._leo, now_ms)
         old.unload_indexes()
         return new

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from kcli import faults
 from plugins.coordinator.base import (
     FILE_STATE_DELETING,
     FILE_STATE_UPLOADED,
@@ -654,6 +655,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             )
             if self._producers.dirty and now - self._producers.snapshot_at_ms >= PRODUCER_SNAPSHOT_INTERVAL_MS:
                 self._producers.snapshot(db, now)
+            faults.pause("diskless.commit")  # crash tests only (kcli/faults.py): before COMMIT
         if self._checkpointer is not None:
             self._checkpointer.poke()
         return responses

@@ -118,6 +118,11 @@ class ObjectStorage(abc.ABC):
             return False
         return True
 
+    def delete_abandoned_uploads(self, older_than_ms: int) -> int:
+        """Remove what uploads cut short by a crash left behind and list() cannot show (a local
+        store's temp files), untouched for ``older_than_ms``; returns how many. Default: none."""
+        return 0
+
     def close(self) -> None:
         """Release clients or handles; the default has none."""
 

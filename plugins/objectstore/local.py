@@ -209,6 +209,29 @@ class LocalObjectStorage(ObjectStorage):
         found.sort(key=lambda info: info.key)
         return iter(found)
 
+    def delete_abandoned_uploads(self, older_than_ms: int) -> int:
+        """Temp files of uploads a crash (SIGKILL) cut short: list() hides them, so the orphan
+        collector cannot see them. An upload in progress keeps writing its temp file, so one
+        untouched for ``older_than_ms`` is abandoned."""
+        import time
+
+        cutoff = time.time() - older_than_ms / 1000
+        removed = 0
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                if not name.endswith(TEMP_SUFFIX):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.lstat(path).st_mtime < cutoff:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    raise self._error("delete abandoned upload", name, err) from None
+        return removed
+
     def size(self, key: str) -> int:
         path = self._path(key)
         try:

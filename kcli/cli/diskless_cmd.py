@@ -1,0 +1,322 @@
+"""`kcli diskless describe|objects|verify|gc`: Kafka's kafka-diskless-metadata, plus integrity
+checks and garbage collection of WAL objects.
+
+Online (default) the broker answers over kcli's admin API; with ``--coordinator sqlite:///…``
+the tools read a coordinator database directly (a stopped broker's
+``<data_dir>/diskless/coordinator.db``) and, for verify/gc, the object store (``--object-store``,
+default ``file://<dir of the db>/../objects``). Offline verify and gc run on the local engine or
+on Spark (``--engine``). Documented in docs/diskless-metadata.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from kcli.cli.common import GlobalOptions, OutputFormat, options
+from kcli.errors import UsageError
+
+diskless_app = typer.Typer(
+    help="Inspect, verify and garbage-collect diskless storage (kafka-diskless-metadata).", no_args_is_help=True)
+
+
+class ObjectState(str, Enum):
+    uploaded = "uploaded"
+    deleting = "deleting"
+
+
+class EngineOption(str, Enum):
+    auto = "auto"
+    local = "local"
+    spark = "spark"
+
+
+COORDINATOR_HELP = "Read this batch coordinator instead of asking a broker: sqlite:///path/to/coordinator.db."
+OBJECT_STORE_HELP = ("With --coordinator: the object store, file:///dir or s3://bucket/prefix "
+                     "(default: file://<dir of the database>/../objects, if it exists).")
+ENGINE_HELP = "With --coordinator: scan here (local), on PySpark (spark), or pick by size (auto)."
+MASTER_HELP = "Spark master URL for --engine spark/auto (default local[*])."
+OUTPUT_HELP = "Output format (overrides the global -o)."
+
+
+def _opts(ctx: typer.Context, output: Optional[OutputFormat]) -> GlobalOptions:
+    from dataclasses import replace
+
+    opts = options(ctx)
+    return replace(opts, output=output) if output is not None else opts
+
+
+def _source(opts: GlobalOptions, coordinator: Optional[str], object_store: Optional[str] = None,
+            engine: EngineOption = EngineOption.auto, spark_master: Optional[str] = None) -> Any:
+    """An OfflineDiskless for --coordinator, else a context yielding OnlineDiskless."""
+    from kcli.ops import diskless as ops
+
+    if coordinator is None:
+        if object_store is not None:
+            raise UsageError("--object-store goes with --coordinator (offline); online, the broker uses its own store")
+        if engine is not EngineOption.auto or spark_master is not None:
+            raise UsageError("--engine and --spark-master go with --coordinator (offline); online, the broker "
+                             "scans its own store")
+        return None
+    from kcli.engine.select import choose
+
+    return ops.OfflineDiskless(
+        coordinator, object_store,
+        choice_for=lambda work: choose(engine.value, work, spark_master),
+        verbose=opts.verbose,
+    )
+
+
+def _run(opts: GlobalOptions, offline: Any, action: Callable[[Any], Any]) -> Any:
+    if offline is not None:
+        if opts.verbose:
+            sys.stderr.write(f"kcli: offline: coordinator {offline.coordinator_uri}, "
+                             f"object store {offline.object_store_uri or '-'}\n")
+        return action(offline)
+    from kcli.ops import diskless as ops
+    from kcli.ops.connection import connect
+
+    with connect(opts) as conn:
+        if opts.verbose:
+            sys.stderr.write("kcli: online: the broker computes the result (kcli admin API)\n")
+        return action(ops.OnlineDiskless(conn.bootstrap))
+
+
+def _render(opts: GlobalOptions, data: Any, table: Callable[[], None]) -> None:
+    from kcli.cli.render import render
+
+    render(data, opts.output, table)
+
+
+def _time(ms: Optional[int]) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _bytes(n: Optional[int]) -> str:
+    from kcli.engine.select import human_bytes
+
+    return human_bytes(n)
+
+
+# -- describe ---------------------------------------------------------------------------------
+
+
+@diskless_app.command("describe")
+def describe(
+    ctx: typer.Context,
+    topic: List[str] = typer.Option([], "--topic", "-t", help="Diskless topic (repeatable; default: all)."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
+    output: Optional[OutputFormat] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Offsets, batches and object-storage use of diskless topics.
+
+    Per partition: log start offset, high watermark, batch count and bytes; per topic: totals,
+    live bytes on object storage, the objects it is part of (count, total size) and the objects
+    where all its batches were deleted but that are still stored.
+
+    Example: kcli diskless describe --topic orders
+
+    Example: kcli diskless describe --coordinator sqlite:///var/lib/kcli/diskless/coordinator.db -o json
+    """
+    opts = _opts(ctx, output)
+    data = _run(opts, _source(opts, coordinator), lambda src: src.describe(topic or None))
+
+    def table() -> None:
+        from kcli.cli.render import print_table
+
+        topics = data["topics"]
+        if not topics:
+            sys.stdout.write("No diskless topics.\n")
+            return
+        rows = []
+        for t in topics:
+            for p in t["partitions"]:
+                rows.append({"topic": t["name"], **p})
+            tot = t["totals"]
+            rows.append({"topic": t["name"], "partition": "total", "log_start_offset": "",
+                         "high_watermark": "", "batch_count": tot["batch_count"], "byte_size": tot["byte_size"]})
+        print_table(rows, [("TOPIC", "topic"), ("PARTITION", "partition"), ("LOG-START-OFFSET", "log_start_offset"),
+                           ("HIGH-WATERMARK", "high_watermark"), ("BATCHES", "batch_count"), ("BYTES", "byte_size")])
+        sys.stdout.write("\n")
+        storage = [{"topic": t["name"], "topic_id": t["topic_id"], **t["storage"]} for t in topics]
+        print_table(storage, [("TOPIC", "topic"), ("TOPIC-ID", "topic_id"), ("LIVE-BYTES", "live_bytes"),
+                              ("OBJECTS", "file_count"), ("OBJECTS-BYTES", "files_size"),
+                              ("DEAD-OBJECTS", "dead_file_count"), ("DEAD-OBJECTS-BYTES", "dead_files_size")])
+
+    _render(opts, data, table)
+
+
+# -- objects ----------------------------------------------------------------------------------
+
+
+@diskless_app.command("objects")
+def objects(
+    ctx: typer.Context,
+    key: Optional[str] = typer.Option(None, "--key", "-k", help="Only this object key."),
+    topic: Optional[str] = typer.Option(None, "--topic", "-t", help="Only objects holding live batches of this topic."),
+    state: Optional[ObjectState] = typer.Option(None, "--state", help="Only objects in this state."),
+    batches: bool = typer.Option(False, "--batches", help="List each object's live batches too."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
+    output: Optional[OutputFormat] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """WAL objects and their metadata.
+
+    Key, total size, used size (bytes of live batches), state (uploaded or deleting), when it
+    was marked for deletion, batch count and the partitions with live batches in it.
+
+    Example: kcli diskless objects --state deleting
+
+    Example: kcli diskless objects --key wal/1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed --batches -o yaml
+    """
+    if key is not None and topic is not None:
+        raise UsageError("give --key or --topic, not both")
+    opts = _opts(ctx, output)
+    data = _run(opts, _source(opts, coordinator), lambda src: src.objects(
+        state=state.value if state else None, topic=topic, object_key=key, batches=batches))
+
+    def table() -> None:
+        from kcli.cli.render import print_table
+
+        rows = [{**o, "marked": _time(o.get("marked_for_deletion_at_ms"))} for o in data["objects"]]
+        if not rows:
+            sys.stdout.write("No objects.\n")
+            return
+        print_table(rows, [("KEY", "object_key"), ("SIZE", "file_size"), ("USED", "used_size"), ("STATE", "state"),
+                           ("MARKED-FOR-DELETION", "marked"), ("BATCHES", "batch_count"),
+                           ("PARTITIONS", "partitions")])
+        if batches:
+            for o in data["objects"]:
+                sys.stdout.write(f"\n{o['object_key']}:\n")
+                batch_rows = [{**b, "tp": f"  {b['topic']}-{b['partition']}"} for b in o.get("batches", [])]
+                print_table(batch_rows, [
+                    ("  PARTITION", "tp"), ("BYTE-OFFSET", "byte_offset"), ("SIZE", "byte_size"),
+                    ("BASE-OFFSET", "base_offset"), ("LAST-OFFSET", "last_offset"), ("PRODUCER-ID", "producer_id")])
+
+    _render(opts, data, table)
+
+
+# -- verify -----------------------------------------------------------------------------------
+
+
+@diskless_app.command("verify")
+def verify(
+    ctx: typer.Context,
+    key: List[str] = typer.Option([], "--key", "-k", help="Only these object keys (repeatable)."),
+    max_objects: Optional[int] = typer.Option(None, "--max-objects", min=0,
+                                              help="Check at most N objects (online default: the broker's, 1000; offline: all)."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
+    object_store: Optional[str] = typer.Option(None, "--object-store", help=OBJECT_STORE_HELP),
+    engine: EngineOption = typer.Option(EngineOption.auto, "--engine", help=ENGINE_HELP),
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help=MASTER_HELP),
+    output: Optional[OutputFormat] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Check every committed batch against its object: byte range, header and CRC.
+
+    Also lists orphan objects (in storage, unknown to the coordinator).
+
+    Exit status: 0 when nothing is damaged, 1 when a problem was found (each names the object
+    and byte position), 2 for usage errors.
+
+    Example: kcli diskless verify
+
+    Example: kcli diskless verify --coordinator sqlite:///data/diskless/coordinator.db --engine spark
+    """
+    opts = _opts(ctx, output)
+    offline = _source(opts, coordinator, object_store, engine, spark_master)
+    data = _run(opts, offline, lambda src: src.verify(object_keys=key or None, max_objects=max_objects))
+
+    def table() -> None:
+        from kcli.cli.render import print_table
+
+        problems = data["problems"]
+        skipped = f", {data['objects_skipped']} skipped (--max-objects)" if data.get("objects_skipped") else ""
+        sys.stdout.write(f"Checked {data['objects_checked']} objects and {data['batches_checked']} batches in "
+                         f"{data.get('storage') or '-'}{skipped}: "
+                         f"{'OK' if not problems else f'{len(problems)} problem(s)'}\n")
+        if problems:
+            sys.stdout.write("\n")
+            print_table(problems, [("OBJECT", "object_key"), ("POSITION", "byte_offset"), ("PARTITION", "partition"),
+                                   ("PROBLEM", "problem")])
+        orphans = data.get("orphans") or []
+        if orphans:
+            sys.stdout.write(f"\n{len(orphans)} orphan object(s), {_bytes(sum(o['size'] for o in orphans))} "
+                             "(not in the coordinator; `kcli diskless gc` deletes them after the grace period):\n")
+            print_table(orphans, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
+
+    _render(opts, data, table)
+    if data["problems"]:
+        objects_hit = len({p["object_key"] for p in data["problems"]})
+        sys.stderr.write(f"kcli: error: verify found {len(data['problems'])} problem(s) in {objects_hit} object(s)\n")
+        raise SystemExit(1)
+
+
+# -- gc ---------------------------------------------------------------------------------------
+
+
+@diskless_app.command("gc")
+def gc(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would be deleted."),
+    orphans: bool = typer.Option(True, "--orphans/--no-orphans", help="Also delete orphan objects (default: yes)."),
+    grace_ms: Optional[int] = typer.Option(None, "--grace-ms", min=0, metavar="MS",
+                                           help="Offline: the grace period, as the broker's diskless.file.cleaner.retention.period.ms (default 60000)."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
+    object_store: Optional[str] = typer.Option(None, "--object-store", help=OBJECT_STORE_HELP),
+    engine: EngineOption = typer.Option(EngineOption.auto, "--engine", help=ENGINE_HELP),
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help=MASTER_HELP),
+    output: Optional[OutputFormat] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Delete unused WAL objects: marked for deletion or orphaned, past the grace period.
+
+    Objects the coordinator marked for deletion go once the grace period is over; orphans (in
+    storage, unknown to the coordinator) once they are older than it. Prints counts and bytes.
+
+    Exit status: 0 ok, 1 when a deletion failed, 2 for usage errors.
+
+    Example: kcli diskless gc --dry-run
+
+    Example: kcli diskless gc --coordinator sqlite:///data/diskless/coordinator.db --grace-ms 0
+    """
+    from kcli.ops import diskless as ops
+
+    opts = _opts(ctx, output)
+    offline = _source(opts, coordinator, object_store, engine, spark_master)
+    if offline is None and grace_ms is not None:
+        raise UsageError("--grace-ms goes with --coordinator; online, the broker's "
+                         "diskless.file.cleaner.retention.period.ms applies")
+    if offline is not None:
+        data = _run(opts, offline, lambda src: src.gc(
+            dry_run=dry_run, orphans=orphans, grace_ms=ops.DEFAULT_GRACE_MS if grace_ms is None else grace_ms))
+    else:
+        data = _run(opts, None, lambda src: src.gc(dry_run=dry_run, orphans=orphans))
+
+    def table() -> None:
+        verb = "Would delete" if data["dry_run"] else "Deleted"
+        sys.stdout.write(f"{verb} {len(data['deleted'])} object(s) marked for deletion "
+                         f"({_bytes(data.get('deleted_bytes'))})\n")
+        sys.stdout.write(f"{verb} {len(data['orphans'])} orphan object(s) ({_bytes(data.get('orphans_bytes'))})\n")
+        if data["waiting"]:
+            sys.stdout.write(f"Waiting for the grace period: {len(data['waiting'])} object(s) "
+                             f"({_bytes(data.get('waiting_bytes'))})\n")
+        if data["unsafe"]:
+            sys.stdout.write(f"Kept (the coordinator says not yet safe): {len(data['unsafe'])} object(s)\n")
+        if opts.verbose:
+            for label in ("deleted", "orphans", "waiting", "unsafe"):
+                for k in data[label]:
+                    sys.stdout.write(f"  {label}: {k}\n")
+
+    _render(opts, data, table)
+    for message in data["errors"]:
+        sys.stderr.write(f"kcli: error: {message}\n")
+    if data["errors"]:
+        raise SystemExit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(diskless_app, name="diskless")

@@ -1,0 +1,84 @@
+"""Named pause points for crash tests: broker configs ``kcli.fault.<point>.pause.ms``.
+
+Killing a broker at a random moment rarely lands inside a short window such as a coordinator
+commit or a segment roll. A pause point stretches one window on demand: with
+``kcli.fault.<point>.pause.ms=N`` the code passing ``<point>`` writes one line
+``kcli fault point <point>: pausing N ms`` to stderr and sleeps N ms, so a test that tails the
+broker's stderr can SIGKILL it inside the window (tests/test_crash.py, bench/crash_soak.py).
+Unset — always, outside those tests — a point costs one dict lookup.
+
+Points (docs/reliability.md):
+
+- ``log.roll``: classic log roll, after the old segment is closed, before the new one exists
+  (blocks the event loop, like the roll itself);
+- ``diskless.commit``: inside the batch coordinator's commit transaction, before COMMIT;
+- ``objectstore.upload.<first key component>`` (``.wal``, ``.tiered``): halfway through an
+  upload's bytes; passed by :class:`plugins.objectstore.faulty.FaultyObjectStorage` only.
+
+``kcli.fault.switch.file=PATH`` arms the points only while PATH exists, so a test can let the
+broker run at full speed (recovery, checks) and arm the windows just before it kills.
+
+The settings are process-wide (set when a Broker is built): a test runs one faulted broker per
+process, in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+from kcli.broker.configs import ConfigError
+
+POINTS = ("log.roll", "diskless.commit")
+PREFIXED_POINTS = ("objectstore.upload.",)
+_SETTING = re.compile(r"^(?P<point>[a-z0-9._-]+)\.pause\.ms$")
+
+_pauses: dict[str, int] = {}
+_switch: list[str] = []  # the switch file, if one is configured
+
+
+def configure(settings: dict[str, str]) -> None:
+    """Apply the ``kcli.fault.`` settings (prefix stripped): ``<point>.pause.ms`` naming an unknown
+    point, or a bad value, is a ConfigError (the broker refuses to start), never a silently inert
+    test; keys not ending in ``.pause.ms`` belong to other hooks and are left to them."""
+    pauses: dict[str, int] = {}
+    switch = settings.get("switch.file", "")
+    for name, raw in settings.items():
+        if name == "switch.file" or not name.endswith(".pause.ms"):
+            continue  # other features' hooks share the prefix (kcli.fault.remote.log.disable.delay.ms)
+        m = _SETTING.match(name)
+        point = m.group("point") if m else ""
+        if not m or not (point in POINTS or point.startswith(PREFIXED_POINTS)):
+            raise ConfigError(
+                f"Unknown fault setting kcli.fault.{name} (expected kcli.fault.<point>.pause.ms with point one of "
+                f"{', '.join(POINTS)}, objectstore.upload.<key prefix>)")
+        try:
+            ms = int(raw)
+        except ValueError:
+            ms = -1
+        if ms < 0:
+            raise ConfigError(f"Invalid value {raw} for configuration kcli.fault.{name}: Value must be at least 0")
+        pauses[point] = ms
+    _pauses.clear()
+    _pauses.update(pauses)
+    _switch[:] = [switch] if switch else []
+
+
+def pause(point: str) -> None:
+    """Announce and sleep when ``point`` is configured; otherwise return at once."""
+    ms = _pauses.get(point)
+    if ms and (not _switch or os.path.exists(_switch[0])):
+        sys.stderr.write(f"kcli fault point {point}: pausing {ms} ms\n")
+        sys.stderr.flush()
+        time.sleep(ms / 1000)
+
+
+def is_set(point: str) -> bool:
+    return bool(_pauses.get(point))
+
+
+def active() -> dict[str, int]:
+    """The configured points (for tests and logs)."""
+    return dict(_pauses)

@@ -1,0 +1,529 @@
+"""Operations behind ``kcli diskless`` (Kafka's kafka-diskless-metadata plus verify and gc).
+
+Two data sources, one output: :class:`OnlineDiskless` asks a running broker over kcli's admin API
+(kcli/diskless/admin_api.py, computed broker-side by kcli/diskless/admin_views.py);
+:class:`OfflineDiskless` reads a batch coordinator database directly (``--coordinator
+sqlite:///…``, e.g. a stopped broker's ``<data_dir>/diskless/coordinator.db``) and, for verify and
+gc, the object store. Offline results are built with admin_views.py's own record→dict functions, so
+``-o json`` is the same document either way; kcli adds per-topic totals (describe) and byte
+counts (gc) to both.
+
+Offline verify and gc are the heavy scans: their per-object work is a picklable task
+(:class:`VerifyTask`, :class:`GcScanTask`) that kcli.engine runs locally or on Spark, with
+identical results.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
+from urllib.parse import unquote, urlsplit
+
+from kcli.engine.run import ChunkTask
+from kcli.errors import KafkaApiError, OperationError, UsageError
+
+if TYPE_CHECKING:
+    from kcli.engine.progress import Progress
+    from kcli.engine.select import Choice, Workload
+    from plugins.coordinator.base import BatchCoordinator
+    from plugins.objectstore.base import ObjectStorage
+
+WAL_PREFIX = "wal/"  # kcli.diskless.wal.DEFAULT_PREFIX + "/": the only prefix verify/gc look at
+DEFAULT_GRACE_MS = 60_000  # broker default of diskless.file.cleaner.retention.period.ms
+ADMIN_TIMEOUT_S = 600.0  # verify/gc run on the broker for as long as the store takes
+STATES = ("uploaded", "deleting")
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- shared post-processing (online and offline) ------------------------------------------------
+
+
+def add_totals(describe: dict[str, Any]) -> dict[str, Any]:
+    """Per-topic totals over its partitions (the overview's last line per topic)."""
+    for topic in describe.get("topics", []):
+        parts = topic.get("partitions", [])
+        topic["totals"] = {
+            "partitions": len(parts),
+            "batch_count": sum(p["batch_count"] for p in parts),
+            "byte_size": sum(p["byte_size"] for p in parts),
+            "messages": sum(p["high_watermark"] - p["log_start_offset"] for p in parts),
+        }
+    return describe
+
+
+def add_gc_bytes(report: dict[str, Any], marked_sizes: dict[str, int],
+                 orphan_sizes: dict[str, int] | None) -> dict[str, Any]:
+    """Bytes next to the broker's key lists (its report only names keys)."""
+    report["deleted_bytes"] = sum(marked_sizes.get(k, 0) for k in report.get("deleted", []))
+    report["waiting_bytes"] = sum(marked_sizes.get(k, 0) for k in report.get("waiting", []))
+    report["orphans_bytes"] = (sum(orphan_sizes.get(k, 0) for k in report.get("orphans", []))
+                               if orphan_sizes is not None else None)
+    return report
+
+
+# -- online: a running broker --------------------------------------------------------------------
+
+
+class OnlineDiskless:
+    """The broker scans its own store; results are its admin API documents."""
+
+    mode = "online"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap.split(",")[0].strip()
+
+    def _call(self, key: int, doc: dict[str, Any], timeout: float = 30.0) -> Any:
+        from kcli.diskless import admin_api
+
+        return admin_api.call(self.bootstrap, key, doc, timeout=timeout)
+
+    def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+        from kcli.diskless.admin_api import DISKLESS_DESCRIBE_KEY
+
+        return add_totals(self._call(DISKLESS_DESCRIBE_KEY, {"topics": list(topics) if topics else None}))
+
+    def objects(self, *, state: str | None = None, topic: str | None = None, object_key: str | None = None,
+                batches: bool = False) -> dict[str, Any]:
+        from kcli.diskless.admin_api import DISKLESS_OBJECTS_KEY
+
+        doc = {"state": state, "topic": topic, "object_key": object_key, "batches": batches}
+        return self._call(DISKLESS_OBJECTS_KEY, {k: v for k, v in doc.items() if v is not None})
+
+    def verify(self, *, object_keys: Sequence[str] | None = None, max_objects: int | None = None) -> dict[str, Any]:
+        from kcli.diskless.admin_api import DISKLESS_VERIFY_KEY
+
+        doc: dict[str, Any] = {"object_keys": list(object_keys) if object_keys else None}
+        if max_objects is not None:
+            doc["max_objects"] = max_objects
+        return self._call(DISKLESS_VERIFY_KEY, doc, ADMIN_TIMEOUT_S)
+
+    def gc(self, *, dry_run: bool = False, orphans: bool = True) -> dict[str, Any]:
+        from kcli.diskless.admin_api import DISKLESS_GC_KEY
+
+        marked = self.objects(state="deleting")
+        marked_sizes = {o["object_key"]: o["file_size"] for o in marked["objects"]}
+        orphan_sizes = _listing_sizes(marked.get("storage")) if orphans else {}
+        report = self._call(DISKLESS_GC_KEY, {"dry_run": dry_run, "orphans": orphans}, ADMIN_TIMEOUT_S)
+        return add_gc_bytes(report, marked_sizes, orphan_sizes)
+
+
+def _listing_sizes(storage_uri: str | None) -> dict[str, int] | None:
+    """Sizes of the WAL objects in the broker's store, if this host can list it (else None)."""
+    if not storage_uri:
+        return None
+    try:
+        from plugins.objectstore import from_uri
+
+        with from_uri(storage_uri) as storage:
+            return {o.key: o.size for o in storage.list(WAL_PREFIX)}
+    except Exception:  # noqa: BLE001 - a remote broker's file store: bytes stay unknown
+        return None
+
+
+# -- offline: a coordinator database (and the object store) --------------------------------------
+
+
+def default_object_store(coordinator_uri: str) -> str | None:
+    """``file://<dir of the db>/../objects`` when that directory exists (a broker's data dir
+    keeps ``diskless/coordinator.db`` next to ``objects/``), else None."""
+    path = _sqlite_path(coordinator_uri)
+    if path is None:
+        return None
+    objects = Path(path).parent.parent / "objects"  # no resolve(): the URI the broker itself reports
+    return objects.as_uri() if objects.is_dir() else None
+
+
+def _sqlite_path(uri: str) -> str | None:
+    parts = urlsplit(uri)
+    if parts.scheme.lower() != "sqlite":
+        return None
+    return unquote(parts.path) or None
+
+
+@dataclass
+class OfflineDiskless:
+    """Reads ``coordinator_uri`` (read-only unless gc deletes) and ``object_store_uri``."""
+
+    coordinator_uri: str
+    object_store_uri: str | None = None
+    choice_for: "Callable[[Workload], Choice] | None" = None  # from --engine/--spark-master; default local
+    progress: "Callable[[str, int], Progress] | None" = None  # default: rich bar on a terminal
+    verbose: bool = False
+    mode: ClassVar[str] = "offline"
+
+    def __post_init__(self) -> None:
+        if self.object_store_uri is None:
+            self.object_store_uri = default_object_store(self.coordinator_uri)
+
+    # resources
+
+    def _coordinator(self, *, writable: bool = False) -> "BatchCoordinator":
+        from plugins.coordinator import open_coordinator
+
+        path = _sqlite_path(self.coordinator_uri)
+        if path is not None and path.startswith("/") and not os.path.isfile(path):
+            raise UsageError(f"--coordinator {self.coordinator_uri}: no database at {path}")
+        try:
+            return open_coordinator(self.coordinator_uri, read_only=not writable)
+        except OperationError as err:
+            raise UsageError(f"--coordinator: {err}") from None
+
+    def _storage_uri(self) -> str:
+        """The store URI, checked here so a bad one is a usage error before any scan starts."""
+        if not self.object_store_uri:
+            path = _sqlite_path(self.coordinator_uri)  # a missing database is the real problem then
+            if path is not None and path.startswith("/") and not os.path.isfile(path):
+                raise UsageError(f"--coordinator {self.coordinator_uri}: no database at {path}")
+            raise UsageError(
+                "no object store: give --object-store URI (the default, file://<dir of the database>/../objects, "
+                "does not exist)")
+        from plugins.objectstore import from_uri
+
+        try:
+            from_uri(self.object_store_uri).close()
+        except OperationError as err:
+            raise UsageError(f"--object-store: {err}") from None
+        return self.object_store_uri
+
+    def _storage(self) -> "ObjectStorage":
+        from plugins.objectstore import from_uri
+
+        try:
+            return from_uri(self._storage_uri())
+        except OperationError as err:
+            raise UsageError(f"--object-store: {err}") from None
+
+    def _topic_ids(self, coordinator: "BatchCoordinator") -> dict[str, uuid.UUID]:
+        return {li.topic_id_partition.topic: li.topic_id_partition.topic_id for li in coordinator.describe_logs()}
+
+    # describe / objects
+
+    def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+        from kcli.diskless.admin_views import kafka_topic_id
+
+        with self._coordinator() as coordinator:
+            ids = self._topic_ids(coordinator)
+            if topics:
+                chosen = [(name, _known_topic(ids, name)) for name in topics]
+            else:
+                chosen = sorted(ids.items())
+            if not chosen:
+                return add_totals({"topics": []})
+            wanted = [tid for _, tid in chosen]
+            logs = coordinator.describe_logs(wanted)
+            storage = {s.topic_id: s for s in coordinator.describe_topic_storage(wanted)}
+        parts: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for li in logs:
+            tip = li.topic_id_partition
+            parts.setdefault(tip.topic_id, []).append({
+                "partition": tip.partition, "log_start_offset": li.log_start_offset,
+                "high_watermark": li.high_watermark, "batch_count": li.batch_count, "byte_size": li.byte_size,
+            })
+        out = []
+        for name, tid in chosen:
+            s = storage.get(tid)
+            out.append({
+                "name": name, "topic_id": kafka_topic_id(tid),
+                "partitions": sorted(parts.get(tid, []), key=lambda p: p["partition"]),
+                "storage": {
+                    "live_bytes": s.live_bytes if s else 0,
+                    "file_count": s.file_count if s else 0,
+                    "files_size": s.files_size if s else 0,
+                    "dead_file_count": s.dead_file_count if s else 0,
+                    "dead_files_size": s.dead_files_size if s else 0,
+                },
+            })
+        return add_totals({"topics": out})
+
+    def objects(self, *, state: str | None = None, topic: str | None = None, object_key: str | None = None,
+                batches: bool = False) -> dict[str, Any]:
+        from kcli.diskless.admin_views import _batch_dict, _file_dict
+
+        if state not in (None, *STATES):
+            raise UsageError(f"unknown object state {state!r} (uploaded or deleting)")
+        with self._coordinator() as coordinator:
+            topic_id = _known_topic(self._topic_ids(coordinator), topic) if topic else None
+            out = []
+            for f in coordinator.describe_files(state, object_key, topic_id):
+                d = _file_dict(f)
+                if batches:
+                    d["batches"] = [_batch_dict(b) for b in coordinator.batches_in_file(f.object_key)]
+                out.append(d)
+        return {"storage": self.object_store_uri, "objects": out}
+
+    # verify
+
+    def verify(self, *, object_keys: Sequence[str] | None = None, max_objects: int | None = None) -> dict[str, Any]:
+        from kcli.engine.run import run_task
+        from kcli.engine.select import Workload
+
+        storage_uri = self._storage_uri()
+        with self._coordinator() as coordinator:
+            if object_keys:
+                files = [f for key in object_keys for f in coordinator.describe_files(None, key, None)]
+            else:
+                files = coordinator.describe_files("uploaded", None, None)
+            limit = len(files) if max_objects is None else max_objects
+            items = [
+                VerifyItem(f.object_key, f.file_size, tuple(
+                    (b.metadata.byte_offset, b.metadata.byte_size, b.metadata.base_offset, b.metadata.last_offset,
+                     str(b.metadata.topic_id_partition))
+                    for b in coordinator.batches_in_file(f.object_key)))
+                for f in files[:limit] if f.state == "uploaded"
+            ]
+            known = coordinator.known_object_keys()
+        sizes = [i.file_size for i in items]
+        choice = self._choose(Workload("verify", len(items), sum(sizes)))
+        problems: list[dict[str, Any]] = []
+        batches_checked = 0
+        with self._progress("verify", len(items)) as progress:
+            for verdict in run_task(VerifyTask(storage_uri), items, sizes, choice, progress, verbose=self.verbose):
+                problems.extend(verdict.problems)
+                batches_checked += verdict.batches_checked
+        with self._storage() as storage:
+            now = now_ms()
+            orphans = [{"object_key": o.key, "size": o.size, "age_ms": now - o.last_modified_ms}
+                       for o in storage.list(WAL_PREFIX) if o.key not in known]
+            where = storage.describe()
+        return {"storage": where, "objects_checked": len(items), "batches_checked": batches_checked,
+                "objects_skipped": max(0, len(files) - limit), "problems": problems, "orphans": orphans,
+                "ok": not problems}
+
+    # gc
+
+    def gc(self, *, dry_run: bool = False, orphans: bool = True, grace_ms: int = DEFAULT_GRACE_MS,
+           now: int | None = None) -> dict[str, Any]:
+        """One file-cleaner pass like the broker's (kcli/diskless/cleaner.py), offline."""
+        from kcli.engine.run import run_task
+        from kcli.engine.select import Workload
+        from plugins.coordinator.base import DeleteFilesRequest
+
+        storage_uri = self._storage_uri()
+        now = now_ms() if now is None else now
+        report: dict[str, Any] = {"dry_run": dry_run, "deleted": [], "waiting": [], "unsafe": [], "orphans": [],
+                                  "errors": []}
+        with self._coordinator(writable=not dry_run) as coordinator:
+            marked_sizes = {f.object_key: f.file_size for f in coordinator.describe_files("deleting", None, None)}
+            due: list[str] = []
+            for f in coordinator.get_files_to_delete():
+                if now - f.marked_for_deletion_at_ms < grace_ms:
+                    report["waiting"].append(f.object_key)
+                elif not coordinator.is_safe_to_delete_file(f.object_key):
+                    report["unsafe"].append(f.object_key)
+                else:
+                    due.append(f.object_key)
+            listed: list[tuple[str, int, int]] = []
+            if orphans:
+                with self._storage() as storage:
+                    listed = [(o.key, o.size, o.last_modified_ms) for o in storage.list(WAL_PREFIX)]
+            # Listed before the keys are read, as the broker's cleaner does (nothing commits offline,
+            # but the order keeps a concurrently running broker's fresh uploads out of the orphans).
+            known = frozenset(coordinator.known_object_keys())
+            items = [GcItem("marked", key, marked_sizes.get(key, 0), 0) for key in due]
+            items += [GcItem("listed", key, size, mtime) for key, size, mtime in listed]
+            sizes = [i.size for i in items]
+            choice = self._choose(Workload("gc", len(items), sum(sizes)))
+            task = GcScanTask(storage_uri, known, now, grace_ms, dry_run)
+            deleted_marked: list[str] = []
+            orphan_sizes: dict[str, int] = {}
+            with self._progress("gc", len(items)) as progress:
+                for outcome in run_task(task, items, sizes, choice, progress, verbose=self.verbose):
+                    if outcome is None:
+                        continue
+                    if outcome.error:
+                        if outcome.error not in report["errors"]:
+                            report["errors"].append(outcome.error)
+                        continue
+                    if outcome.kind == "marked":
+                        deleted_marked.append(outcome.key)
+                    else:
+                        report["orphans"].append(outcome.key)
+                        orphan_sizes[outcome.key] = outcome.size
+            if deleted_marked and not dry_run:
+                try:
+                    coordinator.delete_files(DeleteFilesRequest(deleted_marked))
+                except OperationError as err:
+                    report["errors"].append(f"deleting {len(deleted_marked)} object(s) from the coordinator: {err}")
+                    deleted_marked = []
+            report["deleted"] = deleted_marked
+        return add_gc_bytes(report, marked_sizes, orphan_sizes)
+
+    # engine plumbing
+
+    def _choose(self, work: "Workload") -> "Choice":
+        from kcli.engine.select import choose
+
+        choice = self.choice_for(work) if self.choice_for is not None else choose("local", work)
+        if self.verbose:
+            import sys
+
+            sys.stderr.write(f"kcli: {work.kind}: {choice.describe()}\n")
+        return choice
+
+    def _progress(self, description: str, total: int) -> "Progress":
+        from kcli.engine.progress import Progress
+
+        if self.progress is not None:
+            return self.progress(description, total)
+        return Progress(description, total)
+
+
+def _known_topic(ids: dict[str, uuid.UUID], name: str) -> uuid.UUID:
+    if name not in ids:
+        raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist",
+                            UNKNOWN_TOPIC_OR_PARTITION)
+    return ids[name]
+
+
+# -- per-object tasks (run by kcli.engine: in this process or on Spark executors) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyItem:
+    """One committed object and its live batches: (byte_offset, byte_size, base_offset,
+    last_offset, "topic-partition") each, from the coordinator."""
+
+    object_key: str
+    file_size: int
+    batches: tuple[tuple[int, int, int, int, str], ...]
+
+
+@dataclass(slots=True)
+class ObjectVerdict:
+    object_key: str
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    batches_checked: int = 0
+
+
+@dataclass(frozen=True)
+class VerifyTask(ChunkTask):
+    """Fetch an object and check it against its batch coordinates: size, version byte, and per
+    batch header, size, record count and CRC-32C (the broker's checks, kcli/diskless/admin_views.py)."""
+
+    storage_uri: str
+    job: ClassVar[str] = "verify"
+    local_threads: ClassVar[int] = 4  # overlap object-store reads; CRC-32C releases the GIL
+
+    def open(self) -> "ObjectStorage":
+        from plugins.objectstore import from_uri
+
+        return from_uri(self.storage_uri)
+
+    def close(self, resource: "ObjectStorage") -> None:
+        resource.close()
+
+    def run(self, resource: "ObjectStorage", item: VerifyItem) -> ObjectVerdict:
+        return verify_object(resource, item)
+
+
+def verify_object(storage: "ObjectStorage", item: VerifyItem) -> ObjectVerdict:
+    from kcli.diskless.wal import WAL_VERSION
+    from kcli.records.batch import InvalidBatchError, crc_is_valid, read_header
+    from plugins.objectstore.base import ObjectNotFound
+
+    key = item.object_key
+    verdict = ObjectVerdict(key)
+    problems = verdict.problems
+    try:
+        data = storage.fetch(key)
+    except ObjectNotFound:
+        problems.append({"object_key": key, "problem": "missing from object storage"})
+        return verdict
+    except Exception as err:  # noqa: BLE001 - any storage failure is a finding, not a crash
+        problems.append({"object_key": key, "problem": f"cannot read: {err}"})
+        return verdict
+    if len(data) != item.file_size:
+        problems.append({"object_key": key, "problem": f"size {len(data)} differs from committed size {item.file_size}"})
+    if not data or data[0] != WAL_VERSION:
+        problems.append({"object_key": key,
+                         "problem": f"version byte {data[0] if data else None}, expected {WAL_VERSION}"})
+    for byte_offset, byte_size, base_offset, last_offset, partition in item.batches:
+        verdict.batches_checked += 1
+        where = {"object_key": key, "byte_offset": byte_offset, "partition": partition}
+        try:
+            h = read_header(data, byte_offset)
+        except InvalidBatchError as err:
+            problems.append({**where, "problem": f"no batch header: {err}"})
+            continue
+        if h.size != byte_size:
+            problems.append({**where, "problem": f"batch of {h.size} bytes, coordinator says {byte_size}"})
+            continue
+        if byte_offset + h.size > len(data):
+            problems.append({**where, "problem": f"batch of {h.size} bytes runs past the end of the "
+                                                 f"object ({len(data)} bytes)"})
+            continue
+        if h.last_offset_delta != last_offset - base_offset:
+            problems.append({**where, "problem": f"{h.last_offset_delta + 1} records, coordinator says "
+                                                 f"{last_offset - base_offset + 1}"})
+        if not crc_is_valid(data, h):
+            problems.append({**where, "problem": "CRC-32C mismatch"})
+    return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class GcItem:
+    kind: str  # "marked": due for deletion; "listed": found by listing, maybe an orphan
+    key: str
+    size: int
+    last_modified_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GcOutcome:
+    kind: str  # "marked" | "orphan"
+    key: str
+    size: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GcScanTask(ChunkTask):
+    """Pick orphans among listed objects (unknown to the coordinator and older than the grace
+    period) and delete them and the due marked objects, a chunk per storage call; dry_run only
+    reports. ``known_keys`` is a set, or on Spark a broadcast of it."""
+
+    storage_uri: str
+    known_keys: Any
+    now_ms: int
+    grace_ms: int
+    dry_run: bool
+    job: ClassVar[str] = "gc_scan"
+
+    def open(self) -> tuple["ObjectStorage", frozenset[str]]:
+        from plugins.objectstore import from_uri
+
+        known = self.known_keys.value if hasattr(self.known_keys, "value") else self.known_keys
+        return from_uri(self.storage_uri), known
+
+    def close(self, resource: tuple["ObjectStorage", frozenset[str]]) -> None:
+        resource[0].close()
+
+    def run(self, resource: Any, item: GcItem) -> GcOutcome | None:
+        return self.run_chunk(resource, [item])[0]
+
+    def run_chunk(self, resource: Any, items: Iterable[GcItem]) -> list[GcOutcome | None]:
+        storage, known = resource
+        out: list[GcOutcome | None] = []
+        for item in items:
+            if item.kind == "marked":
+                out.append(GcOutcome("marked", item.key, item.size))
+            elif item.key not in known and self.now_ms - item.last_modified_ms >= self.grace_ms:
+                out.append(GcOutcome("orphan", item.key, item.size))
+            else:
+                out.append(None)
+        doomed = [o.key for o in out if o is not None]
+        if doomed and not self.dry_run:
+            try:
+                storage.delete(doomed)
+            except Exception as err:  # noqa: BLE001 - reported per object; the pass goes on
+                message = f"deleting {len(doomed)} object(s) from {storage.describe()}: {err}"
+                out = [GcOutcome(o.kind, o.key, o.size, message) if o is not None else None for o in out]
+        return out
