@@ -7,18 +7,25 @@ running ``python3 -m kcli`` in a subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import boto3
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from kcli.dumplog import BytesSource, DumpOptions, LocalSource, dump_file
+from kcli.dumplog import BytesSource, DumpOptions, LocalSource, batchlines, dump_file, readers
+from kcli.dumplog.decoders import text_decoder
 from kcli.dumplog.detect import Kind, detect
+from kcli.dumplog.format import HEADER, RecordFormatter, batch_text
+from kcli.dumplog.readers import ScanState, iter_batches
 from kcli.dumplog.synth import (
     build_batch,
     control_batch,
@@ -548,3 +555,163 @@ def test_parallel_deep_iteration_matches_serial(tmp_path: Path, as_json: bool) -
     assert (parallel.batches, parallel.records, parallel.invalid) == (serial.batches, serial.records, True)
     assert parallel.reports == serial.reports and "5004 is followed by 600\n  599 is followed by 5000" in serial.reports[0]
     assert parallel.errors == serial.errors
+
+
+# ----------------------------------------------------------------------------- fast paths vs reference
+#
+# Batch-level text (kcli/dumplog/batchlines.py) and metadata-only record lines (format.py, by
+# column) have loops of their own for speed; both must print exactly what the straightforward
+# per-batch / per-record code prints, on anything a producer or a damaged disk can leave behind.
+
+_record = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=12), st.just(b"k" * 17_000)),
+    st.one_of(st.none(), st.binary(max_size=120)),
+    st.lists(st.tuples(st.sampled_from(["a", "trace", "h2"]), st.one_of(st.none(), st.binary(max_size=3))),
+             max_size=2),
+)
+_batch = st.fixed_dictionaries({
+    "records": st.lists(_record, min_size=1, max_size=25),
+    "base": st.sampled_from([0, 7, 9_990, 99_999_995, 2**40 + 9_998]),
+    "ts0": st.sampled_from([-1, 0, 9_999, 1_700_000_000_000, 1_700_000_009_995]),
+    "ts_step": st.sampled_from([0, 1, 7, 10_000]),
+    "codec": st.sampled_from(CODECS),
+    # (producerId, producerEpoch, baseSequence): plain, idempotent, about to wrap at Integer.MAX_VALUE
+    "producer": st.sampled_from([(-1, -1, -1), (7, 1, 0), (7, 1, 2**31 - 5), (9, 0, 12_345)]),
+    "gaps": st.booleans(),
+    "log_append_time": st.booleans(),
+    "control": st.sampled_from([False] * 5 + [True]),
+    "transactional": st.booleans(),
+    "leader_epoch": st.sampled_from([0, 5, -1]),
+})
+
+
+def _make_batch(b: dict) -> bytes:
+    pid, epoch, seq = b["producer"]
+    if b["control"]:
+        return control_batch(b["base"], True, max(pid, 0), max(epoch, 0), coordinator_epoch=3)
+    n = len(b["records"])
+    deltas = [2 * i for i in range(n)] if b["gaps"] else None
+    return build_batch(b["records"], b["base"], [b["ts0"] + b["ts_step"] * i for i in range(n)],
+                       compression=b["codec"], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       transactional=b["transactional"], partition_leader_epoch=b["leader_epoch"],
+                       log_append_time=T0 + 5 if b["log_append_time"] else None, offset_deltas=deltas)
+
+
+@contextlib.contextmanager
+def _patched(module: object, **values: object):  # noqa: ANN202
+    old = {k: getattr(module, k) for k in values}
+    for k, v in values.items():
+        setattr(module, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_batch, min_size=1, max_size=4), st.booleans())
+def test_record_lines_by_column_match_per_record_reference(batches: list[dict], wal: bool) -> None:
+    fast = RecordFormatter(False, False, text_decoder("string"), text_decoder("string"), track_offsets=not wal)
+    ref = RecordFormatter(False, False, text_decoder("string"), text_decoder("string"), track_offsets=not wal)
+    for b in batches:
+        raw = _make_batch(b)
+        h = HEADER.unpack_from(raw)
+        got: list[str] = []
+        want: list[str] = []
+        assert fast.text(raw, h, got) == ref.text_reference(raw, h, want)
+        assert "".join(got) == "".join(want)
+    assert (fast.first_offset, fast.last_offset, fast.non_consecutive) == (
+        ref.first_offset, ref.last_offset, ref.non_consecutive)
+
+
+def test_record_lines_across_digit_table_blocks() -> None:
+    """Offsets, sequences and timestamps whose last four digits roll over inside one batch."""
+    recs = simple_records(30)
+    for base, seq, ts0 in [(9_985, 9_990, 1_700_000_009_990), (0, 0, 5), (19_999, 2**31 - 31, 9_999_999)]:
+        raw = build_batch(recs, base, [ts0 + i for i in range(30)], producer_id=1, producer_epoch=0,
+                          base_sequence=seq)
+        h = HEADER.unpack_from(raw)
+        got: list[str] = []
+        want: list[str] = []
+        RecordFormatter(False, False, str, str, True).text(raw, h, got)
+        RecordFormatter(False, False, str, str, True).text_reference(raw, h, want)
+        assert got == ["".join(want)]
+    lines = "".join(want).splitlines()
+    assert lines[0].startswith("| offset: 19999 CreateTime: 9999999 ") and lines[-1].startswith("| offset: 20028 ")
+    assert lines[-1].endswith(f"sequence: {2**31 - 2} headerKeys: []")
+
+
+def _reference_batch_lines(path: str) -> tuple[str, ScanState]:
+    src = LocalSource(path)
+    try:
+        state = ScanState(end=src.size)
+        out = [batch_text(h, pos, valid) for h, pos, valid in _walk(src, state)]
+        return "".join(out), state
+    finally:
+        src.close()
+
+
+def _walk(src: LocalSource, state: ScanState):  # noqa: ANN202
+    pos = 0
+    for h, _win, _rel, valid in iter_batches(src, 0, src.size, state):
+        yield h, pos, valid
+        pos += h[1] + 12
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_batch, min_size=1, max_size=6), st.sampled_from(["", "crc", "tail", "magic", "short", "tiny"]),
+       st.sampled_from([4096, 1 << 20]), st.sampled_from([1, 300, 1 << 21]), st.sampled_from([2, 1 << 16]))
+def test_batch_lines_match_reference(batches: list[dict], damage: str, window: int, chunk: int, cache: int) -> None:
+    data = bytearray(b"".join(_make_batch(b) for b in batches))
+    first = len(_make_batch(batches[0]))
+    if damage == "crc":
+        data[first - 1] ^= 0xFF  # the last byte of the first batch
+    elif damage == "tail":
+        data += _make_batch(batches[-1])[:-3]
+    elif damage == "magic":
+        data += _make_batch(batches[0])
+        data[first + 16] = 1
+    elif damage == "short":
+        data += struct.pack(">qiib", 5, 30, 0, 2) + b"\x00" * 40  # a 42-byte "batch": smaller than a header
+    elif damage == "tiny":
+        data += struct.pack(">qi", 1, 3) + b"\x00" * 30
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "00000000000000000000.log")
+        Path(path).write_bytes(bytes(data))
+        want, state = _reference_batch_lines(path)
+        with _patched(readers, WINDOW=window), _patched(batchlines, CHUNK_BYTES=chunk, CACHE_LIMIT=cache):
+            emitted: list[str] = []
+            res = dump(path)
+            src = LocalSource(path)
+            try:
+                dump_file(src, DumpOptions(), emit=emitted.append)
+            finally:
+                src.close()
+    body = "".join(line + "\n" for line in res.lines if line.startswith("baseOffset: "))
+    assert body == want
+    assert "".join(emitted) == "".join(res.output)
+    assert res.batches == want.count("\n")
+    assert (state.reason in res.errors) if state.reason else not any("smaller" in e or "magic" in e for e in res.errors)
+    if damage == "crc":
+        assert any(f"the batch at position 0 of {path} fails its CRC-32C check" in e for e in res.errors)
+    if damage:
+        assert res.invalid
+
+
+def test_batch_lines_bad_crc_position_and_many_producers(tmp_path: Path) -> None:
+    """The first failing batch is named on stderr; producers interleave (cached per producer)."""
+    batches = [build_batch(simple_records(2), 2 * i, producer_id=i % 3, producer_epoch=i % 2, base_sequence=i)
+               for i in range(12)]
+    data = bytearray(b"".join(batches))
+    bad_at = sum(len(b) for b in batches[:5])
+    data[bad_at + 70] ^= 0x01
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(bytes(data))
+    res = dump(seg)
+    assert res.invalid and res.batches == 12
+    assert [line.endswith("isvalid: false") for line in res.lines[2:]] == [i == 5 for i in range(12)]
+    assert f"the batch at position {bad_at} of {seg} fails its CRC-32C check" in res.errors
+    assert "producerId: 2 producerEpoch: 0 " in res.lines[2 + 8]  # i = 8: 8 % 3, 8 % 2
+    want, _ = _reference_batch_lines(str(seg))
+    assert "".join(line + "\n" for line in res.lines[2:]) == want

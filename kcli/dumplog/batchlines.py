@@ -15,6 +15,7 @@ The output is byte-for-byte :func:`kcli.dumplog.format.batch_text`; tests compar
 
 from __future__ import annotations
 
+import struct
 from typing import Callable
 
 from crc32c import crc32c
@@ -23,10 +24,11 @@ from kcli.dumplog.format import HEADER, HEADER_SIZE, INT_MAX, codec_name, delete
 from kcli.dumplog.readers import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_OVERHEAD_V0, ScanState, window_size
 
 CHUNK_BYTES = 2 << 20  # bytes of log between two hand-overs of text to the output
-_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a header-only batch (49)
-
-
 CACHE_LIMIT = 1 << 16  # entries per cache; a damaged or odd file must not grow them without bound
+_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a header-only batch (49)
+_SIZE = struct.Struct(">i")
+_VALID = " isvalid: true\n"
+_INVALID = " isvalid: false\n"
 
 
 class _Count(dict):
@@ -61,6 +63,7 @@ def scan_batch_lines(
     stop reason, as :func:`iter_batches` sets them.
     """
     unpack = HEADER.unpack_from
+    size_at = _SIZE.unpack_from
     append = out.append
     wsize = window_size(source)
     groups: dict[tuple[int, int, int, int], tuple[str, str, str]] = {}
@@ -79,7 +82,7 @@ def scan_batch_lines(
                 win = source.view(pos, min(wsize, end - pos))
                 wstart, wend = pos, pos + len(win)
             rel = pos - wstart
-            length = int.from_bytes(win[rel + 8 : rel + 12], "big", signed=True)
+            length = size_at(win, rel + 8)[0]
             if length < RECORD_OVERHEAD_V0:
                 state.reason = (
                     f"Found record size {length} smaller than minimum record overhead "
@@ -104,7 +107,7 @@ def scan_batch_lines(
                 break
             # ---- fast loop: the batch at ``rel`` is known good; go on while batches are plain
             wlen = wend - wstart
-            lim = min(wlen, rel + CHUNK_BYTES) - HEADER_SIZE
+            lim = min(wlen - HEADER_SIZE, rel + CHUNK_BYTES)  # the batch at rel always fits
             while rel <= lim:
                 base, length, ple, magic, crc, attrs, lod, base_ts, max_ts, pid, epoch, bseq, count = unpack(win, rel)
                 size = length + 12
@@ -116,21 +119,21 @@ def scan_batch_lines(
                         groups.clear()
                     g = groups[(pid, epoch, attrs, ple)] = _group(pid, epoch, attrs, ple, magic, base_ts)
                 if crc32c(win[rel + 21 : rel + size]) == crc:
-                    valid = "true"
+                    valid = _VALID
                 else:
-                    valid = "false"
+                    valid = _INVALID
                     if first_bad < 0:
                         first_bad = wstart + rel
                 if bseq == -1:
                     append(
                         f"baseOffset: {base} lastOffset: {base + lod}{counts[count]} baseSequence: -1 "
-                        f"lastSequence: -1{g[0]}{wstart + rel}{g[1]}{max_ts} size: {size}{g[2]}{crc} isvalid: {valid}\n"
+                        f"lastSequence: -1{g[0]}{wstart + rel}{g[1]}{max_ts} size: {size}{g[2]}{crc}{valid}"
                     )
                 else:
                     lseq = bseq + lod if bseq <= INT_MAX - lod else lod - (INT_MAX - bseq) - 1
                     append(
                         f"baseOffset: {base} lastOffset: {base + lod}{counts[count]} baseSequence: {bseq} "
-                        f"lastSequence: {lseq}{g[0]}{wstart + rel}{g[1]}{max_ts} size: {size}{g[2]}{crc} isvalid: {valid}\n"
+                        f"lastSequence: {lseq}{g[0]}{wstart + rel}{g[1]}{max_ts} size: {size}{g[2]}{crc}{valid}"
                     )
                 batches += 1
                 rel += size
