@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcli.diskless.reader")
 
 LOG_APPEND_TIME = 1
-GET_ATTEMPTS = 1
+GET_ATTEMPTS = 3
 GET_RETRY_BACKOFF_S = 0.025
 
 

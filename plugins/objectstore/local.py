@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
@@ -106,32 +108,33 @@ class LocalObjectStorage(ObjectStorage):
         except OSError as err:
             raise self._error("upload", key, err) from None
         tmp = parent / f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-        except OSError as err:
-            raise self._error("upload", key, err) from None
-        try:
+        with _uploading(tmp):  # the sweep of abandoned uploads never takes a live one
             try:
-                if view is not None:
-                    _write_all(fd, view)
-                else:
-                    _copy_exact(fd, data, length, key)  # type: ignore[arg-type]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            _fsync_dir(parent)
-            for directory in created:  # new directories must be durable in their parents too
-                _fsync_dir(directory.parent)
-        except StorageBackendException:
-            _unlink_quietly(tmp)
-            raise
-        except OSError as err:
-            _unlink_quietly(tmp)
-            raise self._error("upload", key, err) from None
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError as err:
+                raise self._error("upload", key, err) from None
+            try:
+                try:
+                    if view is not None:
+                        _write_all(fd, view)
+                    else:
+                        _copy_exact(fd, data, length, key)  # type: ignore[arg-type]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
+                _fsync_dir(parent)
+                for directory in created:  # new directories must be durable in their parents too
+                    _fsync_dir(directory.parent)
+            except StorageBackendException:
+                _unlink_quietly(tmp)
+                raise
+            except OSError as err:
+                _unlink_quietly(tmp)
+                raise self._error("upload", key, err) from None
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
 
     def fetch(self, key: str, range: ByteRange | None = None) -> bytes:  # noqa: A002
         path = self._path(key)
@@ -211,8 +214,8 @@ class LocalObjectStorage(ObjectStorage):
 
     def delete_abandoned_uploads(self, older_than_ms: int) -> int:
         """Temp files of uploads a crash (SIGKILL) cut short: list() hides them, so the orphan
-        collector cannot see them. An upload in progress keeps writing its temp file, so one
-        untouched for ``older_than_ms`` is abandoned."""
+        collector cannot see them. Uploads running in this process are never touched, however
+        slow; a temp file of another process untouched for ``older_than_ms`` is abandoned."""
         import time
 
         cutoff = time.time() - older_than_ms / 1000
@@ -222,6 +225,10 @@ class LocalObjectStorage(ObjectStorage):
                 if not name.endswith(TEMP_SUFFIX):
                     continue
                 path = os.path.join(dirpath, name)
+                with _uploads_lock:
+                    live = path in _uploads_in_progress
+                if live:
+                    continue
                 try:
                     if os.lstat(path).st_mtime < cutoff:
                         os.unlink(path)
@@ -243,6 +250,23 @@ class LocalObjectStorage(ObjectStorage):
         if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFound(key, self.describe())
         return st.st_size
+
+
+# Temp files of uploads running in this process (every store instance: diskless and tiered each
+# have their own). delete_abandoned_uploads skips them however long they have been idle.
+_uploads_in_progress: set[str] = set()
+_uploads_lock = threading.Lock()
+
+
+@contextmanager
+def _uploading(tmp: Path) -> Iterator[None]:
+    with _uploads_lock:
+        _uploads_in_progress.add(str(tmp))
+    try:
+        yield
+    finally:
+        with _uploads_lock:
+            _uploads_in_progress.discard(str(tmp))
 
 
 def _makedirs(directory: Path) -> list[Path]:
