@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brokers import kcli_broker, machine  # noqa: E402
+from report import record  # noqa: E402
 
 
 def _producer_conf(bootstrap: str, idempotent: bool) -> dict:
@@ -129,6 +130,29 @@ def broker_metrics(bootstrap: str) -> dict:
     return call(bootstrap, BROKER_METRICS_KEY, {})
 
 
+def record_rows(args: argparse.Namespace, interval: int, results: dict[str, dict], summaries: dict) -> None:
+    """Every figure of the table for bench/run_all: diskless with the classic topic as its peer."""
+    d, c = results["diskless"], results["classic"]
+    load = (f"{args.value_bytes / 1024:g} KiB values, {args.partitions} partitions, {args.producers} producers, "
+            f"acks=all{', idempotent' if args.idempotent else ''}, {args.mib} MiB, median of {args.repeat}")
+    steady = f"one producer at {args.rate_mib:g} MiB/s for {args.seconds:g} s, commit interval {interval} ms"
+    peer = {"peer_name": "classic topic"}
+    record(f"diskless produce MB/s ({load})", round(d["throughput"]["mb_s"], 1),
+           peer=round(c["throughput"]["mb_s"], 1), unit="MB/s", target=">= 100 MB/s", **peer)
+    record(f"diskless produce MB per broker CPU-second ({load})", round(d["throughput"]["mb_per_broker_cpu_s"], 1),
+           peer=round(c["throughput"]["mb_per_broker_cpu_s"], 1), unit="MB/cpu-s", **peer)
+    for key, label, target in (("p50_ms", "P50", f"<= {interval + 30} ms"), ("p99_ms", "P99", f"<= {2 * interval} ms"),
+                               ("max_ms", "max", "")):
+        record(f"diskless delivery latency {label} ({steady})", round(d["latency"][key], 1),
+               peer=round(c["latency"][key], 1), unit="ms", target=target, better="lower", **peer)
+    for name, unit in (("diskless.upload.latency_ms", "ms"), ("diskless.commit.latency_ms", "ms"),
+                       ("diskless.upload.object_bytes", "B")):
+        if name in summaries:
+            for q in ("p50", "p99"):
+                record(f"broker {name} {q.upper()} (whole run, {summaries[name]['count']} samples)",
+                       summaries[name][q], unit=unit, better="lower" if unit == "ms" else "higher")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=512, help="MiB per throughput run (default 512)")
@@ -195,6 +219,7 @@ def main() -> None:
     for name in ("diskless.upload.latency_ms", "diskless.commit.latency_ms", "diskless.upload.object_bytes"):
         if name in s:
             print(f"broker {name}: count {s[name]['count']} p50 {s[name]['p50']} p99 {s[name]['p99']}")
+    record_rows(args, interval, results, s)
     if args.json:
         print(json.dumps(results, indent=2))
 

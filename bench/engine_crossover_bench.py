@@ -40,7 +40,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
+
+from report import record  # noqa: E402
 
 QUICK_SIZES_GIB = [0.0625, 0.25, 1.0]
 FULL_SIZES_GIB = [0.5, 1.0, 2.5, 5.0, 10.0]
@@ -110,10 +113,11 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def crossover(rows: list[dict], op: str) -> str:
+def crossover(rows: list[dict], op: str) -> tuple[str, str, float | None]:
+    """The verdict (long and short) and the size in GiB where the fitted lines cross (None if they do not)."""
     pts = [r for r in rows if r["op"] == op and r.get("local") and r.get("spark")]
     if len(pts) < 2:
-        return "not enough sizes"
+        return "not enough sizes", "not enough sizes", None
     xs = [r["gib"] for r in pts]
     al, bl = fit(xs, [r["local"] for r in pts])
     as_, bs = fit(xs, [r["spark"] for r in pts])
@@ -121,11 +125,33 @@ def crossover(rows: list[dict], op: str) -> str:
     measured = f"Spark faster at {', '.join(f'{g:g}' for g in wins)} GiB" if wins else "Spark never faster"
     lines = f"{measured}; local {al:.1f}s + {bl:.1f}s/GiB, spark {as_:.1f}s + {bs:.1f}s/GiB"
     if bl <= 0 or bs <= 0:
-        return f"{lines}: no crossover can be read (a slope <= 0: start-up time and host load dominate)"
+        return (f"{lines}: no crossover can be read (a slope <= 0: start-up time and host load dominate)",
+                "none read: a slope <= 0", None)
     if bl <= bs:
-        return f"{lines}: the lines do not cross (Spark's slope is not lower)"
+        return f"{lines}: the lines do not cross (Spark's slope is not lower)", "none: Spark's slope is not lower", None
     x = (as_ - al) / (bl - bs)
-    return f"{lines}: lines cross at {x:.2f} GiB"
+    return f"{lines}: lines cross at {x:.2f} GiB", f"local {bl:.1f} s/GiB, spark {bs:.1f} s/GiB", x
+
+
+def record_point(row: dict) -> None:
+    """One size x operation for bench/run_all: Spark against local, auto against the better engine."""
+    at = f"engine crossover: {row['op']} at {row['gib']:g} GiB ({row['objects']} objects)"
+    if "local" in row and "spark" in row:
+        record(f"{at}, spark (cold start) vs local", round(row["spark"], 2), peer=round(row["local"], 2),
+               peer_name="local engine", unit="s", better="lower")
+    else:
+        for engine in ("local", "spark"):
+            if engine in row:
+                record(f"{at}, {engine}", round(row[engine], 2), unit="s", better="lower")
+    if "auto" not in row:
+        return
+    if "auto_ratio" in row:
+        best = min(("local", "spark"), key=lambda e: row.get(e, float("inf")))
+        record(f"{at}, auto (chose {row.get('auto_chose', '-')}; its own cost {row['auto_overhead_ms']:.1f} ms)",
+               round(row["auto"], 2), peer=round(row[best], 2), peer_name=f"better engine ({best})", unit="s",
+               target=f"<= {AUTO_TARGET:g} x better", better="lower")
+    else:
+        record(f"{at}, auto (chose {row.get('auto_chose', '-')})", round(row["auto"], 2), unit="s", better="lower")
 
 
 def main() -> None:
@@ -197,6 +223,7 @@ def main() -> None:
                     if chosen:  # the chosen engine's own best time plus auto's measured cost
                         row["auto_model_ratio"] = (chosen + row["auto_overhead_ms"] / 1000) / better
                 rows.append(row)
+                record_point(row)
                 print(f"{gib:7g} {have_objects:7d} {op:<9} " + " ".join(f"{row.get(e, float('nan')):9.1f}" for e in engines)
                       + (f"  {row['auto_ratio']:9.2f}  {row.get('auto_chose', '-'):<10} {row['auto_overhead_ms']:6.1f} ms"
                          if "auto_ratio" in row else ""),
@@ -206,17 +233,26 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     print("\ncrossover (end to end, cold Spark start included):")
     for op in ops:
-        print(f"  {op:<9} {crossover(rows, op)}")
+        text, short, at = crossover(rows, op)
+        print(f"  {op:<9} {text}")
+        if any(r["op"] == op for r in rows):
+            record(f"engine crossover: {op}, size where Spark's fitted line meets local's ({short})",
+                   None if at is None else round(at, 2), unit="GiB")
     ratios = [r["auto_ratio"] for r in rows if "auto_ratio" in r]
     if ratios:
         worst = max(ratios)
         verdict = "OK" if worst <= AUTO_TARGET else "MISSED"
         print(f"auto vs the better engine, measured: worst {worst:.2f}x (target <= {AUTO_TARGET}x): {verdict}")
+        record(f"engine crossover: auto / better engine, worst over {len(ratios)} points (measured)", round(worst, 2),
+               unit="x", target=f"<= {AUTO_TARGET:g}", better="lower")
         model = [r["auto_model_ratio"] for r in rows if "auto_model_ratio" in r]
         if model:
             worst_model = max(model)
             print(f"auto vs the better engine, chosen engine's best time + auto's own cost: worst "
                   f"{worst_model:.2f}x: {'OK' if worst_model <= AUTO_TARGET else 'MISSED'}")
+            record(f"engine crossover: auto / better engine, worst over {len(model)} points "
+                   "(chosen engine's best time + auto's own cost)", round(worst_model, 2), unit="x",
+                   target=f"<= {AUTO_TARGET:g}", better="lower")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"cpus": os.cpu_count(), "object_mb": args.object_mb,
                                                    "rows": rows}, indent=2))

@@ -3,7 +3,7 @@
 Measures the storage engine alone (no network, no request decoding): the broker's produce
 path must stay above 220 MB/s on 2 cores, so this number needs ample headroom.
 
-    python3 bench/log_append_bench.py [--mib 1024] [--dir /tmp/x] [--flush-every 0]
+    python3 bench/log_append_bench.py [--mib 1024] [--dir /tmp/x] [--flush-every 0] [--quick]
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
 from kcli.storage.log import PartitionLog  # noqa: E402
 from kcli.storage.log_config import LogConfig  # noqa: E402
+from report import record  # noqa: E402
 
 RECORD_SIZE = 1024
 BATCH_BYTES = 1 << 20
@@ -46,7 +48,10 @@ def main() -> None:
     parser.add_argument("--flush-every", type=int, default=0, help="flush() every N appends (0 = never)")
     parser.add_argument("--idempotent", action="store_true", help="use producer id / sequences")
     parser.add_argument("--segment-bytes", type=int, default=256 << 20)
+    parser.add_argument("--quick", action="store_true", help="256 MiB instead of --mib")
     args = parser.parse_args()
+    if args.quick:
+        args.mib = min(args.mib, 256)
 
     parent = Path(tempfile.mkdtemp(dir=args.dir))
     try:
@@ -83,6 +88,11 @@ def main() -> None:
         print(f"  appends: {total / appended / 1e6:.0f} MB/s wall, {total / cpu / 1e6:.0f} MB/s per CPU-second "
               f"({appended:.2f} s)")
         print(f"  incl. final flush: {total / elapsed / 1e6:.0f} MB/s ({elapsed:.2f} s; disk-bound)")
+        what = (f"partition log append, {total / 2**20:.0f} MiB in ~1 MiB batches of 1 KiB records, "
+                f"{flushing}{', idempotent' if args.idempotent else ''}")
+        record(f"{what}: appends, wall (page cache)", round(total / appended / 1e6, 1), unit="MB/s")
+        record(f"{what}: appends per CPU-second", round(total / cpu / 1e6, 1), unit="MB/s")
+        record(f"{what}: incl. final flush (disk-bound)", round(total / elapsed / 1e6, 1), unit="MB/s")
 
         start = time.perf_counter()
         offset, read_bytes = 0, 0
@@ -92,11 +102,17 @@ def main() -> None:
             offset = result.next_offset
         elapsed = time.perf_counter() - start
         print(f"read (1 MiB fetches, page cache): {read_bytes / elapsed / 1e6:.0f} MB/s ({elapsed:.2f} s)")
+        record(f"partition log read, {read_bytes / 2**20:.0f} MiB in 1 MiB fetches, page cache",
+               round(read_bytes / elapsed / 1e6, 1), unit="MB/s")
 
         plog.close()
         start = time.perf_counter()
         plog = PartitionLog.open(parent / "bench-0", config)
-        print(f"reopen after clean close ({len(plog.segments())} segments): {time.perf_counter() - start:.3f} s")
+        reopen = time.perf_counter() - start
+        segments = len(plog.segments())
+        print(f"reopen after clean close ({segments} segments): {reopen:.3f} s")
+        record(f"partition log reopen after clean close, {segments} segment{'s' if segments != 1 else ''}",
+               round(reopen, 3), unit="s", better="lower")
         plog.close()
     finally:
         shutil.rmtree(parent, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Figures every bench script records, so bench/run_all can write one table.
+"""Figures every bench script records, so bench/run_all can write docs/performance.md.
 
 A script calls :func:`record` for each figure it prints; when ``KCLI_BENCH_OUT`` names a file,
 the figure is appended there as one JSON line. Run alone, a script just prints its own table.

@@ -4,7 +4,7 @@ Workload: one partition, 1 KiB values, segment.bytes 8 MiB, local.retention.byte
 data, so after tiering the first half of the offsets is only in remote storage and the second
 half is local. A confluent-kafka consumer then reads each half (assigned, from its first
 offset to its last) and the table shows MB/s for both and their ratio.
-Usage: python bench/tiered_read_bench.py [--messages N] [--size B] [--object-store URI] [--runs R]
+Usage: python bench/tiered_read_bench.py [--messages N] [--size B] [--object-store URI] [--runs R] [--quick]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from brokers import machine  # also puts the repo on sys.path
+from report import record
 
 from kcli.protocol.client import WireClient  # noqa: E402
 from tests.brokerproc import BrokerProcess  # noqa: E402
@@ -79,7 +80,10 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=3, help="reads of each half; the median is shown")
     ap.add_argument("--object-store", default=None, help="object store URI (default: file:// under the data dir)")
+    ap.add_argument("--quick", action="store_true", help="30,000 messages, one read of each half")
     args = ap.parse_args()
+    if args.quick:
+        args.messages, args.runs = min(args.messages, 30_000), 1
     total = args.messages * args.size
     configs = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "200",
                "log.retention.check.interval.ms": "200"}
@@ -119,6 +123,10 @@ def main() -> None:
     for name, lo, hi, mb, rate in rows:
         print(f"{name:8} {f'{lo}-{hi - 1}':>17} {mb:9.1f} {rate:9.1f}")
     print(f"remote/local: {rows[0][4] / rows[1][4]:.2f}")
+    (_, _, _, r_mb, remote), (_, _, _, l_mb, local) = rows
+    record(f"tiered remote-read consume MB/s ({args.messages:,} x {args.size} B, 1 partition, "
+           f"{r_mb:.0f} MB remote / {l_mb:.0f} MB local, store {store}, median of {args.runs})",
+           round(remote, 1), peer=round(local, 1), peer_name="local read, same topic", unit="MB/s")
 
 
 if __name__ == "__main__":
