@@ -16,13 +16,11 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kcli.broker.broker_config import BrokerConfig
 from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
 from kcli.broker.metadata_log import (
-    MODE_NONE,
-    MODE_READ_WRITE,
     MetadataLog,
     PartitionState,
     TopicState,

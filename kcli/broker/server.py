@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from typing import TYPE_CHECKING, Any
 
 from kcli.broker.connection import FrameSizeError, KafkaFrameProtocol

@@ -21,7 +21,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import (
-    i8, i16, i32, i32Timedelta, i64, i64Timedelta, u16, f64, Records,
+    i8, i16, i32, i32Timedelta, i64, i64Timedelta, u16, f64,
 )
 
 _ZERO_UUID = uuid.UUID(int=0)

@@ -9,7 +9,6 @@ which makes clients send full requests.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from kcli.broker.dispatch import RequestContext, handler
