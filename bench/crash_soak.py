@@ -35,6 +35,7 @@ import argparse
 import collections
 import json
 import random
+import re
 import sys
 import tempfile
 import threading
@@ -507,10 +508,9 @@ class CrashSoak:
         itself in the broker log when it starts pausing); True if that happened in time, else the
         broker is killed anyway when ``timeout`` runs out."""
         assert self.broker is not None
-        needles = {p: f"kcli fault point {p}:".encode() for p in points}
-        counts = dict.fromkeys(points, 0)
-        seen_at: dict[str, float] = {}
-        margin = 0.15  # noticing an announcement and delivering SIGKILL take a little while
+        announce = re.compile(rb"kcli fault point (\S+): pausing \d+ ms until ([0-9.]+)")
+        until: dict[str, float] = {}  # wall-clock end of each point's latest pause
+        margin = 0.15  # delivering SIGKILL takes a little while
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -519,18 +519,19 @@ class CrashSoak:
                     text = f.read()
             except FileNotFoundError:
                 text = b""
-            now = time.monotonic()
-            for p, needle in needles.items():
-                n = text.count(needle)
-                if n > counts[p]:
-                    counts[p], seen_at[p] = n, now
-            if len(seen_at) == len(points):
-                # Seconds until the first of the pauses ends (each started when it was announced).
-                left = min(self.pause_for(p) / 1000 - (now - seen_at[p]) for p in points) - margin
+            for m in announce.finditer(text):
+                p = m.group(1).decode()
+                if p in points:
+                    until[p] = float(m.group(2))
+            if len(until) == len(points):
+                # Seconds until the first of the pauses ends: the broker wrote when each ends, so
+                # a loaded machine that lets this loop notice late cannot make it kill too late.
+                left = min(until.values()) - time.time() - margin
                 if left > 0:
                     time.sleep(self.rng.uniform(0, left / 2))
-                    self.broker.kill9()
-                    return True
+                    if time.time() < min(until.values()) - margin:  # a starved sleep may overrun
+                        self.broker.kill9()
+                        return True
             time.sleep(0.005)
         self.broker.kill9()
         return False

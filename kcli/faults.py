@@ -3,7 +3,8 @@
 Killing a broker at a random moment rarely lands inside a short window such as a coordinator
 commit or a segment roll. A pause point stretches one window on demand: with
 ``kcli.fault.<point>.pause.ms=N`` the code passing ``<point>`` writes one line
-``kcli fault point <point>: pausing N ms`` to stderr and sleeps N ms, so a test that tails the
+``kcli fault point <point>: pausing N ms until T`` (T: the wall-clock end of the pause, Unix seconds)
+to stderr and sleeps N ms, so a test that tails the
 broker's stderr can SIGKILL it inside the window (tests/test_crash.py, bench/crash_soak.py).
 Unset — always, outside those tests — a point costs one dict lookup.
 
@@ -70,7 +71,8 @@ def pause(point: str) -> None:
     """Announce and sleep when ``point`` is configured; otherwise return at once."""
     ms = _pauses.get(point)
     if ms and (not _switch or os.path.exists(_switch[0])):
-        sys.stderr.write(f"kcli fault point {point}: pausing {ms} ms\n")
+        until = time.time() + ms / 1000  # a reader that notices the line late still knows the window
+        sys.stderr.write(f"kcli fault point {point}: pausing {ms} ms until {until:.3f}\n")
         sys.stderr.flush()
         time.sleep(ms / 1000)
 

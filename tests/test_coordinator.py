@@ -4,6 +4,7 @@ and a property test that offsets stay gapless and sizes consistent under random 
 from __future__ import annotations
 
 import os
+import struct
 import sqlite3
 import subprocess
 import sys
@@ -581,11 +582,20 @@ def test_database_settings(coord: SqliteBatchCoordinator, db_path: Path) -> None
     raw = sqlite3.connect(db_path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"logs", "files", "batches", "producer_state", "file_topics"} <= tables
+    assert {"logs", "files", "batches", "producer_state", "file_topics", "file_logs"} <= tables
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    # Batches are clustered by (log_id, last_offset): a fetch is one primary-key range scan.
     plan = " ".join(str(r) for r in raw.execute(
-        "EXPLAIN QUERY PLAN SELECT * FROM batches WHERE topic_id = ? AND partition = ? AND last_offset >= ?"
-        " ORDER BY last_offset", ("x", 0, 5)))
-    assert "batches_by_log" in plan and "SCAN" not in plan.replace("SCAN CONSTANT", "")
+        "EXPLAIN QUERY PLAN SELECT * FROM batches WHERE log_id = ? AND last_offset >= ? ORDER BY last_offset", (1, 5)))
+    assert "PRIMARY KEY" in plan and "SCAN" not in plan and "TEMP B-TREE" not in plan
+    # No secondary index on batches: an object's batches are found through file_logs.
+    assert raw.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'batches'"
+                       " AND sql IS NOT NULL").fetchone() == (0,)
+    plan = " ".join(str(r) for r in raw.execute(
+        "EXPLAIN QUERY PLAN SELECT b.* FROM file_logs fl JOIN batches b ON b.log_id = fl.log_id"
+        " AND b.last_offset BETWEEN fl.min_last_offset AND fl.max_last_offset AND b.file_id = fl.file_id"
+        " WHERE fl.file_id = ?", (1,)))
+    assert "SCAN" not in plan
     raw.close()
 
 
@@ -680,12 +690,12 @@ def test_open_coordinator_rejects(uri: str) -> None:
 def check_invariants(c: SqliteBatchCoordinator) -> None:
     raw = sqlite3.connect(c.path)
     try:
-        for tid, part, lso, hwm, size in raw.execute(
-            "SELECT topic_id, partition, log_start_offset, high_watermark, byte_size FROM logs"
+        for log_id, lso, hwm, size in raw.execute(
+            "SELECT log_id, log_start_offset, high_watermark, byte_size FROM logs"
         ):
             rows = raw.execute(
-                "SELECT base_offset, last_offset, byte_size FROM batches WHERE topic_id = ? AND partition = ?"
-                " ORDER BY base_offset", (tid, part)).fetchall()
+                "SELECT base_offset, last_offset, byte_size FROM batches WHERE log_id = ? ORDER BY last_offset",
+                (log_id,)).fetchall()
             assert size == sum(r[2] for r in rows)
             for prev, nxt in zip(rows, rows[1:]):
                 assert nxt[0] == prev[1] + 1, "offsets must be gapless"
@@ -703,17 +713,30 @@ def check_invariants(c: SqliteBatchCoordinator) -> None:
         # batches carry no FOREIGN KEY clauses (their checks cost ~15% of a commit): the code keeps them valid.
         assert raw.execute(
             "SELECT COUNT(*) FROM batches b WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.file_id = b.file_id)"
-            " OR NOT EXISTS (SELECT 1 FROM logs l WHERE l.topic_id = b.topic_id AND l.partition = b.partition)"
+            " OR NOT EXISTS (SELECT 1 FROM logs l WHERE l.log_id = b.log_id)"
+        ).fetchone()[0] == 0
+        # Every batch lies in its object's file_logs range for its log (how objects find their batches).
+        assert raw.execute(
+            "SELECT COUNT(*) FROM batches b WHERE NOT EXISTS (SELECT 1 FROM file_logs fl WHERE fl.file_id = b.file_id"
+            " AND fl.log_id = b.log_id AND b.last_offset BETWEEN fl.min_last_offset AND fl.max_last_offset)"
         ).fetchone()[0] == 0
         assert raw.execute(
             "SELECT COUNT(*) FROM file_topics ft WHERE live_bytes != (SELECT COALESCE(SUM(b.byte_size), 0)"
-            " FROM batches b WHERE b.file_id = ft.file_id AND b.topic_id = ft.topic_id)").fetchone()[0] == 0
+            " FROM batches b JOIN logs l ON l.log_id = b.log_id WHERE b.file_id = ft.file_id AND l.topic_id = ft.topic_id)"
+        ).fetchone()[0] == 0
+        # Batch ids are unique and below the counter the next commit starts from.
+        count, distinct, top = raw.execute("SELECT COUNT(*), COUNT(DISTINCT batch_id), MAX(batch_id) FROM batches").fetchone()
+        assert count == distinct
+        floor = raw.execute("SELECT value FROM kcli_meta WHERE key = 'next_batch_id'").fetchone()
+        newest = raw.execute("SELECT next_batch_id FROM files ORDER BY file_id DESC LIMIT 1").fetchone()
+        assert top is None or top < max(int(floor[0]) if floor else 1, newest[0] if newest else 1)
     finally:
         raw.close()
 
 
 operation = st.one_of(
-    st.tuples(st.just("commit"), st.lists(st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(1, 300)),
+    st.tuples(st.just("commit"), st.lists(st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(1, 300),
+                                                    st.sampled_from([-1, -1, 3, 4]), st.booleans()),
                                           min_size=0, max_size=8)),
     st.tuples(st.just("delete_records"), st.integers(0, 2), st.integers(-1, 60)),
     st.tuples(st.just("retention"), st.integers(0, 2), st.integers(-1, 400)),
@@ -733,13 +756,22 @@ def test_random_operations_keep_offsets_gapless_and_sizes_consistent(ops: list) 
         tid = uuid.uuid4()
         c.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "p", 3)])
         tips = [TopicIdPartition(tid, "p", p) for p in range(3)]
+        sequences: dict[tuple[int, int], int] = {}  # (partition, producer id) → next sequence
         for op in ops:
             kind = op[0]
             if kind == "commit":
                 position = 1
                 requests = []
-                for i, (part, records, size) in enumerate(op[1]):
-                    requests.append(CommitBatchRequest(i, tips[part], position, size, 0, records - 1, T0 + i, 0))
+                for i, (part, records, size, pid, retry) in enumerate(op[1]):
+                    producer = (-1, -1, -1, -1)
+                    if pid >= 0:  # idempotent; ``retry`` resends the previous batch (a duplicate)
+                        seq = sequences.get((part, pid), 0)
+                        if retry and seq >= records:
+                            seq -= records
+                        sequences[(part, pid)] = seq + records
+                        producer = (pid, 0, seq, seq + records - 1)
+                    requests.append(CommitBatchRequest(i, tips[part], position, size, 0, records - 1, T0 + i, 0,
+                                                       *producer))
                     position += size
                 c.commit_file(f"wal/{uuid.uuid4()}", 0, position, requests)
             elif kind == "delete_records":
@@ -759,3 +791,162 @@ def test_random_operations_keep_offsets_gapless_and_sizes_consistent(ops: list) 
                 c = SqliteBatchCoordinator(path)
             check_invariants(c)
         c.close()
+
+
+# -- schema migration ----------------------------------------------------------------------------
+
+# Schema version 1 exactly as kcli wrote it (batches keyed by an AUTOINCREMENT id, topic ids per row).
+SCHEMA_V1 = """
+CREATE TABLE kcli_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE logs (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL, topic_name TEXT NOT NULL,
+    log_start_offset INTEGER NOT NULL DEFAULT 0, high_watermark INTEGER NOT NULL DEFAULT 0,
+    byte_size INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
+CREATE TABLE files (
+    file_id INTEGER PRIMARY KEY, object_key TEXT NOT NULL UNIQUE, uploader INTEGER NOT NULL,
+    file_size INTEGER NOT NULL, used_size INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('uploaded', 'deleting')), committed_at INTEGER NOT NULL,
+    marked_for_deletion_at INTEGER);
+CREATE INDEX files_by_state ON files (state, marked_for_deletion_at);
+CREATE TABLE batches (
+    batch_id INTEGER PRIMARY KEY AUTOINCREMENT, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL, file_id INTEGER NOT NULL,
+    byte_offset INTEGER NOT NULL, byte_size INTEGER NOT NULL, log_append_time INTEGER NOT NULL,
+    batch_max_timestamp INTEGER NOT NULL, timestamp_type INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL, base_sequence INTEGER NOT NULL, last_sequence INTEGER NOT NULL);
+CREATE UNIQUE INDEX batches_by_log ON batches (topic_id, partition, last_offset);
+CREATE INDEX batches_by_file ON batches (file_id, byte_offset);
+CREATE TABLE file_topics (
+    file_id INTEGER NOT NULL REFERENCES files (file_id) ON DELETE CASCADE, topic_id TEXT NOT NULL,
+    topic_name TEXT NOT NULL, committed_bytes INTEGER NOT NULL, live_bytes INTEGER NOT NULL,
+    PRIMARY KEY (file_id, topic_id)) WITHOUT ROWID;
+CREATE INDEX file_topics_by_topic ON file_topics (topic_id);
+CREATE TABLE producer_state (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL, batches BLOB NOT NULL, PRIMARY KEY (topic_id, partition, producer_id),
+    FOREIGN KEY (topic_id, partition) REFERENCES logs (topic_id, partition) ON DELETE CASCADE) WITHOUT ROWID;
+INSERT INTO kcli_meta VALUES ('schema_version', '1');
+"""
+ORDERS = uuid.UUID("00000000-0000-4000-8000-00000000000a")
+AUDIT = uuid.UUID("00000000-0000-4000-8000-00000000000b")
+
+
+def write_v1_database(path: Path) -> None:
+    """A version-1 database as a broker leaves it: two objects with batches (one idempotent
+    producer, replayed after its snapshot), a deleted batch id, a garbage object, retention."""
+    o, a = str(ORDERS), str(AUDIT)
+    raw = sqlite3.connect(path)
+    raw.executescript(SCHEMA_V1)
+    raw.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?)", [
+        (o, 0, "orders", 0, 30, 400), (o, 1, "orders", 0, 5, 50), (a, 0, "audit", 10, 10, 0)])
+    raw.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+        (1, "wal/one", 1, 401, 150, "uploaded", T0, None),
+        (2, "wal/two", 2, 301, 300, "uploaded", T0 + 1000, None),
+        (3, "wal/garbage", 1, 50, 0, "deleting", T0 + 2000, T0 + 2000)])
+    raw.executemany("INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        (1, o, 0, 0, 9, 1, 1, 100, T0, T0 - 5, 0, 7, 0, 0, 9),
+        (2, o, 1, 0, 4, 1, 101, 50, T0, T0 - 4, 1, -1, -1, -1, -1),
+        # batch 3 (audit, offsets 0-9, in wal/one at 151) was deleted by DeleteRecords
+        (4, o, 0, 10, 19, 2, 1, 100, T0 + 1000, T0 - 3, 0, 7, 0, 10, 19),
+        (5, o, 0, 20, 29, 2, 101, 200, T0 + 1000, T0 - 2, 0, -1, -1, -1, -1)])
+    raw.execute("UPDATE sqlite_sequence SET seq = 9 WHERE name = 'batches'")  # ids 6-9: rolled back
+    raw.executemany("INSERT INTO file_topics VALUES (?, ?, ?, ?, ?)", [
+        (1, o, "orders", 150, 150), (1, a, "audit", 250, 0), (2, o, "orders", 300, 300), (3, o, "orders", 50, 0)])
+    # Snapshot as of batch 1; batch 4 must be replayed from the batches table.
+    raw.execute("INSERT INTO producer_state VALUES (?, 0, 7, 0, ?)",
+                (o, struct.pack(">iiqqq", 0, 9, 0, 9, T0)))
+    raw.execute("INSERT INTO kcli_meta VALUES ('producer_snapshot_batch_id', '1')")
+    raw.commit()
+    raw.close()
+
+
+def everything(c: SqliteBatchCoordinator) -> tuple:
+    logs = c.describe_logs()
+    found = [c.find_batches([FindBatchRequest(i.topic_id_partition, i.log_start_offset, 1 << 20)], 1 << 20)[0]
+             for i in logs]
+    files = c.describe_files()
+    return logs, found, files, [c.batches_in_file(f.object_key) for f in files], c.describe_topic_storage()
+
+
+def test_version_1_database_is_migrated_on_open(tmp_path: Path) -> None:
+    db = tmp_path / "coordinator.db"
+    write_v1_database(db)
+    orders0, orders1 = TopicIdPartition(ORDERS, "orders", 0), TopicIdPartition(ORDERS, "orders", 1)
+    audit0 = TopicIdPartition(AUDIT, "audit", 0)
+
+    # Read-only inspection of the old file works on a migrated copy and leaves the file alone.
+    reader = SqliteBatchCoordinator(db, read_only=True)
+    seen_by_reader = everything(reader)
+    reader.close()
+    assert sqlite3.connect(db).execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("1",)
+
+    c = SqliteBatchCoordinator(db, clock=Clock(T0 + 5000))
+    state = everything(c)
+    assert state == seen_by_reader
+    logs, found, files, in_files, storage = state
+    assert [(i.topic_id_partition, i.log_start_offset, i.high_watermark, i.batch_count, i.byte_size) for i in logs] == [
+        (audit0, 10, 10, 0, 0), (orders0, 0, 30, 3, 400), (orders1, 0, 5, 1, 50)]
+    assert found[0].batches == []
+    got = [(b.batch_id, b.object_key, b.metadata.topic_id_partition, b.metadata.byte_offset, b.metadata.byte_size,
+            b.metadata.base_offset, b.metadata.last_offset, b.metadata.log_append_timestamp,
+            b.metadata.batch_max_timestamp, b.metadata.timestamp_type, b.metadata.producer_id,
+            b.metadata.producer_epoch, b.metadata.base_sequence, b.metadata.last_sequence)
+           for r in found[1:] for b in r.batches]
+    assert got == [
+        (1, "wal/one", orders0, 1, 100, 0, 9, T0, T0 - 5, 0, 7, 0, 0, 9),
+        (4, "wal/two", orders0, 1, 100, 10, 19, T0 + 1000, T0 - 3, 0, 7, 0, 10, 19),
+        (5, "wal/two", orders0, 101, 200, 20, 29, T0 + 1000, T0 - 2, 0, -1, -1, -1, -1),
+        (2, "wal/one", orders1, 101, 50, 0, 4, T0, T0 - 4, 1, -1, -1, -1, -1)]
+    assert [(f.object_key, f.used_size, f.state, f.batch_count, f.partitions) for f in files] == [
+        ("wal/one", 150, "uploaded", 2, [orders0, orders1]), ("wal/two", 300, "uploaded", 2, [orders0]),
+        ("wal/garbage", 0, "deleting", 0, [])]
+    assert [[b.batch_id for b in batches] for batches in in_files] == [[1, 2], [4, 5], []]
+    assert {(s.topic, s.live_bytes, s.dead_files_size) for s in storage} == {("orders", 450, 50), ("audit", 0, 401)}
+    assert [f.object_key for f in c.get_files_to_delete()] == ["wal/garbage"]
+    assert not c.is_safe_to_delete_file("wal/one") and c.is_safe_to_delete_file("wal/garbage")
+
+    # Idempotence state carried over (snapshot + replay of batch 4); new batch ids continue after 9.
+    responses, key = commit(c, [req(orders0, 0, pid=7, epoch=0, seq=10), req(orders0, 1, pid=7, epoch=0, seq=20),
+                                req(orders0, 2, pid=7, epoch=0, seq=0)])
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
+        (0, True, 10), (0, False, 30), (0, True, 0)]
+    assert [b.batch_id for b in c.batches_in_file(key)] == [10]
+    c.delete_files(DeleteFilesRequest(["wal/garbage"]))
+    check_invariants(c)
+    c.close()
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert "logs" in raw.execute("SELECT sql FROM sqlite_master WHERE name = 'producer_state'").fetchone()[0]
+    raw.close()
+    # Reopening a migrated database changes nothing.
+    again = SqliteBatchCoordinator(db)
+    assert [i.high_watermark for i in again.describe_logs()] == [10, 40, 5]
+    again.close()
+
+
+def test_migration_that_would_lose_rows_changes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "coordinator.db"
+    write_v1_database(db)
+    raw = sqlite3.connect(db)
+    raw.execute("INSERT INTO batches VALUES (20, 'no-such-topic', 0, 0, 0, 1, 300, 1, 0, 0, 0, -1, -1, -1, -1)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(CoordinatorException, match="cannot migrate schema 1 to 2: 1 batches row"):
+        SqliteBatchCoordinator(db)
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    assert raw.execute("SELECT COUNT(*) FROM batches").fetchone() == (5,)
+    raw.close()
+
+
+def test_newer_schema_is_refused(db_path: Path) -> None:
+    SqliteBatchCoordinator(db_path).close()
+    raw = sqlite3.connect(db_path)
+    raw.execute("UPDATE kcli_meta SET value = '3' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+    for read_only in (False, True):
+        with pytest.raises(CoordinatorException, match="schema version 3, this kcli understands 2"):
+            SqliteBatchCoordinator(db_path, read_only=read_only)

@@ -17,8 +17,9 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -58,43 +59,31 @@ from plugins.coordinator.base import (
     TopicStorageInfo,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PRODUCER_STATE_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 PRODUCER_SNAPSHOT_INTERVAL_MS = 60_000  # bounds the batches replayed after a crash
 INT32_MAX = 0x7FFFFFFF
 _ENTRY = struct.Struct(">iiqqq")  # base_sequence, last_sequence, base_offset, last_offset, append_time
+_TIMESTAMP_TYPES = frozenset((-1, 0, 1))
+_PRODUCER_ID = attrgetter("producer_id")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS kcli_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS logs (
+# Tables whose layout changed in version 2 are created under a suffix during a migration and
+# renamed afterwards (SQLite's recommended way to change a table), hence the {t} placeholder.
+_LOGS_DDL = """
+CREATE TABLE IF NOT EXISTS logs{t} (
+    log_id           INTEGER PRIMARY KEY AUTOINCREMENT,
     topic_id         TEXT    NOT NULL,
     partition        INTEGER NOT NULL,
     topic_name       TEXT    NOT NULL,
     log_start_offset INTEGER NOT NULL DEFAULT 0,
     high_watermark   INTEGER NOT NULL DEFAULT 0,
-    byte_size        INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (topic_id, partition)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS files (
-    file_id                INTEGER PRIMARY KEY,
-    object_key             TEXT    NOT NULL UNIQUE,
-    uploader               INTEGER NOT NULL,
-    file_size              INTEGER NOT NULL,
-    used_size              INTEGER NOT NULL,
-    state                  TEXT    NOT NULL CHECK (state IN ('uploaded', 'deleting')),
-    committed_at           INTEGER NOT NULL,
-    marked_for_deletion_at INTEGER
-);
-CREATE INDEX IF NOT EXISTS files_by_state ON files (state, marked_for_deletion_at);
-CREATE TABLE IF NOT EXISTS batches (
-    batch_id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    topic_id            TEXT    NOT NULL,
-    partition           INTEGER NOT NULL,
-    base_offset         INTEGER NOT NULL,
+    byte_size        INTEGER NOT NULL DEFAULT 0
+)"""
+_BATCHES_DDL = """
+CREATE TABLE IF NOT EXISTS batches{t} (
+    log_id              INTEGER NOT NULL,
     last_offset         INTEGER NOT NULL,
+    base_offset         INTEGER NOT NULL,
     file_id             INTEGER NOT NULL,
     byte_offset         INTEGER NOT NULL,
     byte_size           INTEGER NOT NULL,
@@ -104,10 +93,40 @@ CREATE TABLE IF NOT EXISTS batches (
     producer_id         INTEGER NOT NULL,
     producer_epoch      INTEGER NOT NULL,
     base_sequence       INTEGER NOT NULL,
-    last_sequence       INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS batches_by_log ON batches (topic_id, partition, last_offset);
-CREATE INDEX IF NOT EXISTS batches_by_file ON batches (file_id, byte_offset);
+    last_sequence       INTEGER NOT NULL,
+    batch_id            INTEGER NOT NULL,
+    PRIMARY KEY (log_id, last_offset)
+) WITHOUT ROWID"""
+_PRODUCER_STATE_DDL = """
+CREATE TABLE IF NOT EXISTS producer_state{t} (
+    log_id         INTEGER NOT NULL REFERENCES logs{t} (log_id) ON DELETE CASCADE,
+    producer_id    INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    batches        BLOB    NOT NULL,
+    PRIMARY KEY (log_id, producer_id)
+) WITHOUT ROWID"""
+_FILE_LOGS_DDL = """
+CREATE TABLE IF NOT EXISTS file_logs (
+    file_id         INTEGER NOT NULL REFERENCES files (file_id) ON DELETE CASCADE,
+    log_id          INTEGER NOT NULL,
+    min_last_offset INTEGER NOT NULL,
+    max_last_offset INTEGER NOT NULL,
+    PRIMARY KEY (file_id, log_id)
+) WITHOUT ROWID"""
+_FILES_DDL = """
+CREATE TABLE IF NOT EXISTS files (
+    file_id                INTEGER PRIMARY KEY,
+    object_key             TEXT    NOT NULL UNIQUE,
+    uploader               INTEGER NOT NULL,
+    file_size              INTEGER NOT NULL,
+    used_size              INTEGER NOT NULL,
+    state                  TEXT    NOT NULL CHECK (state IN ('uploaded', 'deleting')),
+    committed_at           INTEGER NOT NULL,
+    marked_for_deletion_at INTEGER,
+    next_batch_id          INTEGER NOT NULL DEFAULT 1,
+    producer_batches       INTEGER NOT NULL DEFAULT 0
+)"""
+_FILE_TOPICS_DDL = """
 CREATE TABLE IF NOT EXISTS file_topics (
     file_id         INTEGER NOT NULL REFERENCES files (file_id) ON DELETE CASCADE,
     topic_id        TEXT    NOT NULL,
@@ -115,27 +134,37 @@ CREATE TABLE IF NOT EXISTS file_topics (
     committed_bytes INTEGER NOT NULL,
     live_bytes      INTEGER NOT NULL,
     PRIMARY KEY (file_id, topic_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS file_topics_by_topic ON file_topics (topic_id);
-CREATE TABLE IF NOT EXISTS producer_state (
-    topic_id       TEXT    NOT NULL,
-    partition      INTEGER NOT NULL,
-    producer_id    INTEGER NOT NULL,
-    producer_epoch INTEGER NOT NULL,
-    batches        BLOB    NOT NULL,
-    PRIMARY KEY (topic_id, partition, producer_id),
-    FOREIGN KEY (topic_id, partition) REFERENCES logs (topic_id, partition) ON DELETE CASCADE
-) WITHOUT ROWID;
-"""
+) WITHOUT ROWID"""
+_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS logs_by_partition ON logs (topic_id, partition)",
+    "CREATE INDEX IF NOT EXISTS files_by_state ON files (state, marked_for_deletion_at)",
+    "CREATE INDEX IF NOT EXISTS file_topics_by_topic ON file_topics (topic_id)",
+)
+SCHEMA: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS kcli_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    _LOGS_DDL.format(t=""),
+    _FILES_DDL,
+    _BATCHES_DDL.format(t=""),
+    _FILE_LOGS_DDL,
+    _FILE_TOPICS_DDL,
+    _PRODUCER_STATE_DDL.format(t=""),
+    *_INDEXES,
+)
 
 _INSERT_BATCH = (
-    "INSERT INTO batches (topic_id, partition, base_offset, last_offset, file_id, byte_offset, byte_size,"
-    " log_append_time, batch_max_timestamp, timestamp_type, producer_id, producer_epoch, base_sequence,"
-    " last_sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO batches (log_id, last_offset, base_offset, file_id, byte_offset, byte_size, log_append_time,"
+    " batch_max_timestamp, timestamp_type, producer_id, producer_epoch, base_sequence, last_sequence, batch_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _BATCH_COLUMNS = (
     "b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset, b.log_append_time,"
     " b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence"
+)
+# The batches of one object: its file_logs rows bound each log's offset range (a commit gives a
+# log's batches consecutive offsets), the file_id test keeps the join exact whatever the ranges.
+_FILE_BATCHES = (
+    "file_logs fl JOIN batches b ON b.log_id = fl.log_id"
+    " AND b.last_offset BETWEEN fl.min_last_offset AND fl.max_last_offset AND b.file_id = fl.file_id"
 )
 # Kafka reports the append time as the batch timestamp under LogAppendTime.
 _EFFECTIVE_TS = "(CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END)"
@@ -157,36 +186,41 @@ def _guarded(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@dataclass
 class _Log:
-    topic_name: str
-    log_start_offset: int
-    high_watermark: int
-    byte_size: int
+    """A cached ``logs`` row (write path). Not a dataclass: hashing by identity is wanted."""
+
+    __slots__ = ("log_id", "topic_id", "topic_name", "log_start_offset", "high_watermark", "byte_size")
+
+    def __init__(self, log_id: int, topic_id: str, topic_name: str, log_start_offset: int, high_watermark: int,
+                 byte_size: int) -> None:
+        self.log_id = log_id
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+        self.byte_size = byte_size
 
 
-@dataclass
 class _Producer:
     """Kafka's ProducerStateEntry: the epoch and the last 5 batches (for duplicate detection)."""
 
-    epoch: int
-    batches: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    __slots__ = ("epoch", "batches")
+
+    def __init__(self, epoch: int, batches: Iterable[tuple[int, int, int, int, int]] = ()) -> None:
+        self.epoch = epoch
+        # A bounded deque drops the oldest entry in C: appending is on the per-batch path.
+        self.batches: deque[tuple[int, int, int, int, int]] = deque(batches, PRODUCER_STATE_BATCHES)
 
     @classmethod
     def decode(cls, epoch: int, blob: bytes) -> "_Producer":
-        return cls(epoch, [_ENTRY.unpack_from(blob, i) for i in range(0, len(blob), _ENTRY.size)])
+        return cls(epoch, _ENTRY.iter_unpack(blob))
 
     def encode(self) -> bytes:
         return b"".join(_ENTRY.pack(*entry) for entry in self.batches)
 
-    def append(self, entry: tuple[int, int, int, int, int]) -> None:
-        self.batches.append(entry)
-        if len(self.batches) > PRODUCER_STATE_BATCHES:
-            del self.batches[0]
-
 
 class _ProducerStates:
-    """Idempotence state of every (partition, producer id), like Kafka's ProducerStateManager.
+    """Idempotence state of every (log, producer id), like Kafka's ProducerStateManager.
 
     Kept in memory and persisted the way Kafka does it: the ``producer_state`` table is a
     snapshot taken as of batch id ``producer_snapshot_batch_id``; loading reads the snapshot
@@ -194,69 +228,148 @@ class _ProducerStates:
     producer rows at all: one row per producer and commit would land on as many random B-tree
     pages as there are producers. Snapshots are written at most every
     PRODUCER_SNAPSHOT_INTERVAL_MS by a commit, before batches are deleted (so state outlives
-    the data, as in Kafka), and on close.
+    the data, as in Kafka), and on close. ``map`` is log_id → producer id → state; ``dirty``
+    holds the log ids whose producers changed since the last snapshot.
     """
 
     def __init__(self) -> None:
-        self.map: dict[tuple[str, int, int], _Producer] | None = None
-        self.dirty: set[tuple[str, int, int]] = set()
+        self.map: dict[int, dict[int, _Producer]] | None = None
+        self.dirty: set[int] = set()
         self.snapshot_at_ms = 0
 
     def reset(self) -> None:
         self.map = None
         self.dirty = set()
 
-    def loaded(self, db: sqlite3.Connection, now_ms: int) -> dict[tuple[str, int, int], _Producer]:
+    def loaded(self, db: sqlite3.Connection, now_ms: int) -> dict[int, dict[int, _Producer]]:
         if self.map is None:
-            states = {
-                (tid, part, pid): _Producer.decode(epoch, blob)
-                for tid, part, pid, epoch, blob in db.execute(
-                    "SELECT topic_id, partition, producer_id, producer_epoch, batches FROM producer_state")
-            }
+            states: dict[int, dict[int, _Producer]] = {}
+            for log_id, pid, epoch, blob in db.execute(
+                    "SELECT log_id, producer_id, producer_epoch, batches FROM producer_state"):
+                states.setdefault(log_id, {})[pid] = _Producer.decode(epoch, blob)
             row = db.execute("SELECT value FROM kcli_meta WHERE key = 'producer_snapshot_batch_id'").fetchone()
+            snapshot_id = int(row[0]) if row else 0
+            # Objects with idempotent batches committed after the snapshot, found newest first
+            # (next_batch_id grows with file_id): only their batches are read.
+            files = []
+            for file_id, next_batch_id, producer_batches in db.execute(
+                    "SELECT file_id, next_batch_id, producer_batches FROM files ORDER BY file_id DESC"):
+                if next_batch_id - 1 <= snapshot_id:
+                    break
+                if producer_batches:
+                    files.append(file_id)
+            files.reverse()  # replay oldest first; within a chunk, ORDER BY batch_id
             dirty = set()
-            for tid, part, pid, epoch, base_seq, last_seq, base, last, append_time in db.execute(
-                "SELECT topic_id, partition, producer_id, producer_epoch, base_sequence, last_sequence,"
-                " base_offset, last_offset, log_append_time FROM batches WHERE batch_id > ? AND producer_id >= 0"
-                " ORDER BY batch_id",
-                (int(row[0]) if row else 0,),
-            ):
-                key = (tid, part, pid)
-                producer = states.get(key)
-                if producer is None or producer.epoch != epoch:
-                    producer = states[key] = _Producer(epoch)
-                producer.append((base_seq, last_seq, base, last, append_time))
-                dirty.add(key)
+            for chunk in range(0, len(files), 500):
+                ids = files[chunk:chunk + 500]
+                for log_id, pid, epoch, base_seq, last_seq, base, last, append_time in db.execute(
+                    "SELECT b.log_id, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence,"
+                    f" b.base_offset, b.last_offset, b.log_append_time FROM {_FILE_BATCHES}"
+                    f" WHERE fl.file_id IN ({','.join('?' * len(ids))}) AND b.batch_id > ? AND b.producer_id >= 0"
+                    " ORDER BY b.batch_id",
+                    (*ids, snapshot_id),
+                ):
+                    per_log = states.setdefault(log_id, {})
+                    producer = per_log.get(pid)
+                    if producer is None or producer.epoch != epoch:
+                        producer = per_log[pid] = _Producer(epoch)
+                    producer.batches.append((base_seq, last_seq, base, last, append_time))
+                    dirty.add(log_id)
             self.map, self.dirty, self.snapshot_at_ms = states, dirty, now_ms
         return self.map
 
-    def snapshot(self, db: sqlite3.Connection, now_ms: int) -> None:
-        """Persist the producers changed since the last snapshot, inside the caller's transaction."""
+    def snapshot(self, db: sqlite3.Connection, now_ms: int, last_batch_id: int) -> None:
+        """Persist the producers of logs changed since the last snapshot (as of ``last_batch_id``),
+        inside the caller's transaction."""
         states = self.loaded(db, now_ms)
         if self.dirty:
             db.executemany(
-                "INSERT OR REPLACE INTO producer_state (topic_id, partition, producer_id, producer_epoch, batches)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(*key, states[key].epoch, states[key].encode()) for key in self.dirty if key in states],
+                "INSERT OR REPLACE INTO producer_state (log_id, producer_id, producer_epoch, batches)"
+                " VALUES (?, ?, ?, ?)",
+                [(log_id, pid, producer.epoch, producer.encode())
+                 for log_id in self.dirty for pid, producer in states.get(log_id, {}).items()],
             )
-            row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'batches'").fetchone()
             db.execute(
                 "INSERT OR REPLACE INTO kcli_meta (key, value) VALUES ('producer_snapshot_batch_id', ?)",
-                (str(row[0] if row else 0),),
+                (str(last_batch_id),),
             )
             self.dirty = set()
         self.snapshot_at_ms = now_ms
 
-    def drop(self, db: sqlite3.Connection, topic_id: str, partition: int | None = None) -> None:
-        """Forget the producers of a deleted topic or partition, in memory and on disk."""
-        if partition is None:
-            db.execute("DELETE FROM producer_state WHERE topic_id = ?", (topic_id,))
-        else:
-            db.execute("DELETE FROM producer_state WHERE topic_id = ? AND partition = ?", (topic_id, partition))
+    def drop(self, db: sqlite3.Connection, log_id: int) -> None:
+        """Forget the producers of a deleted log, in memory and on disk."""
+        db.execute("DELETE FROM producer_state WHERE log_id = ?", (log_id,))
         if self.map is not None:
-            for key in [k for k in self.map if k[0] == topic_id and (partition is None or k[1] == partition)]:
-                del self.map[key]
-                self.dirty.discard(key)
+            self.map.pop(log_id, None)
+        self.dirty.discard(log_id)
+
+
+def _schema_version(db: sqlite3.Connection) -> int | None:
+    try:
+        row = db.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return None if row is None else int(row[0])
+
+
+def _migrate_v1(db: sqlite3.Connection) -> None:
+    """Schema 1 → 2 inside the caller's transaction (foreign keys off, as SQLite requires for
+    rebuilding tables): logs get an integer log_id, batches are clustered by (log_id,
+    last_offset) and keep their batch ids, objects get file_logs rows and a batch id counter.
+    Any row that would not carry over aborts the migration instead of being dropped."""
+    db.execute(_LOGS_DDL.format(t="_v2"))
+    db.execute(
+        "INSERT INTO logs_v2 (topic_id, partition, topic_name, log_start_offset, high_watermark, byte_size)"
+        " SELECT topic_id, partition, topic_name, log_start_offset, high_watermark, byte_size FROM logs"
+        " ORDER BY topic_name, topic_id, partition"
+    )
+    db.execute(_BATCHES_DDL.format(t="_v2"))
+    db.execute(
+        "INSERT INTO batches_v2 SELECT l.log_id, b.last_offset, b.base_offset, b.file_id, b.byte_offset, b.byte_size,"
+        " b.log_append_time, b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch,"
+        " b.base_sequence, b.last_sequence, b.batch_id"
+        " FROM batches b JOIN logs_v2 l ON l.topic_id = b.topic_id AND l.partition = b.partition"
+    )
+    db.execute(_PRODUCER_STATE_DDL.format(t="_v2"))
+    db.execute(
+        "INSERT INTO producer_state_v2 SELECT l.log_id, p.producer_id, p.producer_epoch, p.batches"
+        " FROM producer_state p JOIN logs_v2 l ON l.topic_id = p.topic_id AND l.partition = p.partition"
+    )
+    for old, new in (("batches", "batches_v2"), ("producer_state", "producer_state_v2")):
+        before, after = (db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in (old, new))
+        if before != after:
+            raise sqlite3.DatabaseError(
+                f"cannot migrate schema 1 to 2: {before - after} {old} row(s) belong to no log")
+    # Every object gets the batch id counter as it stood after its commit (ids grew with file ids).
+    db.execute("ALTER TABLE files ADD COLUMN next_batch_id INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE files ADD COLUMN producer_batches INTEGER NOT NULL DEFAULT 0")
+    counter = 1
+    updates = []
+    for file_id, max_batch_id, producer_batches in db.execute(
+            "SELECT file_id, (SELECT MAX(batch_id) FROM batches b WHERE b.file_id = f.file_id),"
+            " (SELECT COUNT(*) FROM batches b WHERE b.file_id = f.file_id AND b.producer_id >= 0) FROM files f"
+            " ORDER BY file_id").fetchall():
+        counter = max(counter, (max_batch_id or 0) + 1)
+        updates.append((counter, producer_batches, file_id))
+    db.executemany("UPDATE files SET next_batch_id = ?, producer_batches = ? WHERE file_id = ?", updates)
+    row = db.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name = 'batches'").fetchone()
+    floor = max(counter, (row[0] or 0) + 1)
+    db.execute(_FILE_LOGS_DDL)
+    db.execute(
+        "INSERT INTO file_logs SELECT file_id, log_id, MIN(last_offset), MAX(last_offset) FROM batches_v2"
+        " GROUP BY file_id, log_id"
+    )
+    for table in ("batches", "producer_state", "logs"):
+        db.execute(f"DROP TABLE {table}")
+    for table in ("logs", "batches", "producer_state"):
+        db.execute(f"ALTER TABLE {table}_v2 RENAME TO {table}")
+    for statement in _INDEXES:
+        db.execute(statement)
+    db.execute("INSERT OR REPLACE INTO kcli_meta (key, value) VALUES ('next_batch_id', ?)", (str(floor),))
+    db.execute("UPDATE kcli_meta SET value = '2' WHERE key = 'schema_version'")
+    problems = db.execute("PRAGMA foreign_key_check").fetchall()
+    if problems:
+        raise sqlite3.DatabaseError(f"cannot migrate schema 1 to 2: foreign key violations {problems[:3]}")
 
 
 def _describe_bad(req: CommitBatchRequest, file_size: int) -> str:
@@ -338,10 +451,15 @@ class SqliteBatchCoordinator(BatchCoordinator):
         self._path: str = "<unconfigured>"
         self._read_only = read_only
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
-        # Write-path state in memory (log rows, producer state), valid while no other connection
-        # writes: PRAGMA data_version tells us when one did. Dropped on any failed transaction.
+        # Write-path state in memory (log rows, producer state, the batch id counter), valid while
+        # no other connection writes: PRAGMA data_version tells us when one did. Dropped on any
+        # failed transaction.
         self._logs: dict[tuple[str, int], _Log | None] = {}
+        # The same entries by the identity of the caller's TopicIdPartition objects (kept
+        # referenced, so an id cannot be reused): brokers reuse one per partition.
+        self._logs_by_tip: dict[int, tuple[object, _Log | None]] = {}
         self._producers = _ProducerStates()
+        self._next_batch_id: int | None = None
         self._data_version: int | None = None
         self._checkpointer: _Checkpointer | None = None
         if path is not None:
@@ -380,19 +498,15 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if str(mode).lower() != "wal":
                     raise CoordinatorException(f"coordinator database {path}: cannot enable WAL journal ({mode})")
             db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA foreign_keys=ON")
             db.execute("PRAGMA cache_size=-65536")  # 64 MiB: keep the hot index pages in memory
             db.execute("PRAGMA wal_autocheckpoint=16384")  # fallback only; see _Checkpointer
             if self._read_only:
+                if _schema_version(db) == 1:
+                    db = self._migrated_copy(db)
                 self._check_schema(db)
             else:
-                # executescript commits any open transaction first, so the script carries its own.
-                db.executescript(
-                    "BEGIN IMMEDIATE;" + SCHEMA
-                    + f"INSERT OR IGNORE INTO kcli_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
-                    + "COMMIT;"
-                )
-                self._check_schema(db)
+                self._create_or_migrate(db)
+            db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as err:
             db.close()
             raise CoordinatorException(f"{path} is not a usable coordinator database: {err}") from None
@@ -405,23 +519,59 @@ class SqliteBatchCoordinator(BatchCoordinator):
             # A coordinator dropped without close() must not leave its thread behind.
             self._finalizer = weakref.finalize(self, self._checkpointer.stop)
 
+    def _create_or_migrate(self, db: sqlite3.Connection) -> None:
+        """Create the schema, or migrate an older one, in one IMMEDIATE transaction (so two
+        processes opening one old file do not both migrate it). Foreign keys stay off until
+        the end: rebuilding a referenced table with them on would cascade deletes."""
+        db.execute("PRAGMA foreign_keys=OFF")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = _schema_version(db)
+            if version == 1:
+                _migrate_v1(db)
+            elif version is None:
+                for statement in SCHEMA:
+                    db.execute(statement)
+                db.execute("INSERT OR IGNORE INTO kcli_meta (key, value) VALUES ('schema_version', ?)",
+                           (str(SCHEMA_VERSION),))
+            self._check_schema(db)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _migrated_copy(db: sqlite3.Connection) -> sqlite3.Connection:
+        """A read-only open of an older database: inspect a migrated in-memory copy (the file
+        is never written; the first read-write open migrates it for good)."""
+        copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            db.backup(copy)
+            db.close()
+            copy.execute("PRAGMA foreign_keys=OFF")
+            copy.execute("BEGIN")
+            _migrate_v1(copy)
+            copy.execute("COMMIT")
+        except BaseException:
+            copy.close()
+            raise
+        return copy
+
     @staticmethod
     def _check_schema(db: sqlite3.Connection) -> None:
-        try:
-            row = db.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone()
-        except sqlite3.OperationalError:
-            row = None
-        if row is None:
+        version = _schema_version(db)
+        if version is None:
             raise sqlite3.DatabaseError("not a kcli coordinator database (no schema version)")
-        if int(row[0]) != SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"schema version {row[0]}, this kcli understands {SCHEMA_VERSION}")
+        if version != SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"schema version {version}, this kcli understands {SCHEMA_VERSION}")
 
     def close(self) -> None:
         with self._lock:
             if self._db is not None and not self._read_only and self._producers.dirty:
                 try:  # a clean shutdown leaves nothing to replay
                     with self._tx() as db:
-                        self._producers.snapshot(db, self._clock())
+                        self._producers.snapshot(db, self._clock(), self._batch_counter(db) - 1)
                 except (sqlite3.Error, CoordinatorException):
                     pass  # the next open replays instead
             self._invalidate()
@@ -444,8 +594,14 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
     def _invalidate(self) -> None:
         self._logs.clear()
+        self._logs_by_tip.clear()
         self._producers.reset()
+        self._next_batch_id = None
         self._data_version = None
+
+    def _forget_logs(self) -> None:
+        self._logs.clear()
+        self._logs_by_tip.clear()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -454,6 +610,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
         In-memory state is dropped when another connection has committed since we last looked,
         and after any failure (memory may be ahead of the rolled-back database)."""
         db = self._conn()
+        if self._read_only:  # also covers a migrated in-memory copy, which SQLite would let us write
+            raise sqlite3.OperationalError("attempt to write a readonly database")
         db.execute("BEGIN IMMEDIATE")
         try:
             version = db.execute("PRAGMA data_version").fetchone()[0]
@@ -470,53 +628,63 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
     # -- helpers -------------------------------------------------------------------------------
 
+    def _batch_counter(self, db: sqlite3.Connection) -> int:
+        """The next batch id. Each object row records the counter after its commit; kcli_meta
+        keeps a floor for when the newest objects have been deleted. Ids are never reused."""
+        if self._next_batch_id is None:
+            row = db.execute("SELECT value FROM kcli_meta WHERE key = 'next_batch_id'").fetchone()
+            last = db.execute("SELECT next_batch_id FROM files ORDER BY file_id DESC LIMIT 1").fetchone()
+            self._next_batch_id = max(int(row[0]) if row else 1, last[0] if last else 1)
+        return self._next_batch_id
+
     @staticmethod
     def _log_row(db: sqlite3.Connection, topic_id: str, partition: int) -> tuple | None:
+        """(log_id, topic_name, log_start_offset, high_watermark, byte_size) or None."""
         return db.execute(
-            "SELECT topic_name, log_start_offset, high_watermark, byte_size FROM logs"
+            "SELECT log_id, topic_name, log_start_offset, high_watermark, byte_size FROM logs"
             " WHERE topic_id = ? AND partition = ?",
             (topic_id, partition),
         ).fetchone()
 
-    def _delete_batches(self, db: sqlite3.Connection, where: str, params: tuple, now: int,
+    def _delete_batches(self, db: sqlite3.Connection, log_id: int, topic_id: str, below: int | None, now: int,
                         update_logs: bool = True) -> tuple[int, int]:
-        """Delete the batches matching ``where`` and keep every derived size right: files' used
-        size, per-topic live bytes, logs' byte size; objects left empty are marked 'deleting'."""
+        """Delete the log's batches (those with last_offset < ``below``, or all) and keep every
+        derived size right: files' used size, per-topic live bytes, the log's byte size;
+        objects left empty are marked 'deleting'."""
+        where, params = ("log_id = ?", (log_id,)) if below is None else \
+            ("log_id = ? AND last_offset < ?", (log_id, below))
         per_file = db.execute(
-            f"SELECT file_id, topic_id, SUM(byte_size), COUNT(*) FROM batches WHERE {where}"
-            " GROUP BY file_id, topic_id",
-            params,
+            f"SELECT file_id, SUM(byte_size), COUNT(*) FROM batches WHERE {where} GROUP BY file_id", params
         ).fetchall()
         if not per_file:
             return 0, 0
+        freed = sum(row[1] for row in per_file)
         if update_logs:
-            # The logs live on, so must their producers' idempotence state: snapshot it before
+            # The log lives on, so must its producers' idempotence state: snapshot it before
             # the batches it was replayed from disappear.
-            self._producers.snapshot(db, now)
-            per_log = db.execute(
-                f"SELECT topic_id, partition, SUM(byte_size) FROM batches WHERE {where} GROUP BY topic_id, partition",
-                params,
-            ).fetchall()
-            db.executemany(
-                "UPDATE logs SET byte_size = byte_size - ? WHERE topic_id = ? AND partition = ?",
-                [(size, tid, part) for tid, part, size in per_log],
-            )
+            self._producers.snapshot(db, now, self._batch_counter(db) - 1)
+            db.execute("UPDATE logs SET byte_size = byte_size - ? WHERE log_id = ?", (freed, log_id))
         db.execute(f"DELETE FROM batches WHERE {where}", params)
         db.executemany(
             "UPDATE file_topics SET live_bytes = live_bytes - ? WHERE file_id = ? AND topic_id = ?",
-            [(size, file_id, tid) for file_id, tid, size, _ in per_file],
+            [(size, file_id, topic_id) for file_id, size, _ in per_file],
         )
-        by_file: dict[int, int] = {}
-        for file_id, _tid, size, _count in per_file:
-            by_file[file_id] = by_file.get(file_id, 0) + size
         db.executemany("UPDATE files SET used_size = used_size - ? WHERE file_id = ?",
-                       [(size, file_id) for file_id, size in by_file.items()])
+                       [(size, file_id) for file_id, size, _ in per_file])
         db.executemany(
             "UPDATE files SET state = 'deleting', marked_for_deletion_at = ?"
             " WHERE file_id = ? AND used_size = 0 AND state = 'uploaded'",
-            [(now, file_id) for file_id in by_file],
+            [(now, file_id) for file_id, _, _ in per_file],
         )
-        return sum(row[3] for row in per_file), sum(by_file.values())
+        return sum(row[2] for row in per_file), freed
+
+    def _drop_log(self, db: sqlite3.Connection, log_id: int, topic_id: str, now: int) -> int:
+        """Delete one log with its batches and producer state; returns the batches deleted.
+        Its file_logs rows stay until their objects go (they match no batch any more)."""
+        count, _ = self._delete_batches(db, log_id, topic_id, None, now, update_logs=False)
+        self._producers.drop(db, log_id)
+        db.execute("DELETE FROM logs WHERE log_id = ?", (log_id,))
+        return count
 
     @staticmethod
     def _batch_info(row: tuple, tip: TopicIdPartition) -> BatchInfo:
@@ -540,7 +708,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             rows.extend((str(req.topic_id), p, req.topic_name) for p in range(req.num_partitions))
         with self._tx() as db:
             db.executemany("INSERT OR IGNORE INTO logs (topic_id, partition, topic_name) VALUES (?, ?, ?)", rows)
-            self._logs.clear()  # partitions cached as unknown may exist now
+            self._forget_logs()  # partitions cached as unknown may exist now
 
     @_guarded
     def commit_file(
@@ -556,93 +724,140 @@ class SqliteBatchCoordinator(BatchCoordinator):
             raise CoordinatorException(f"invalid commit of {object_key}: file size {file_size}")
         now = self._clock()
         with self._tx() as db:
+            # Both read the newest object rows: before this object's row exists.
+            first_batch_id = batch_id = self._batch_counter(db)
+            idempotent = max(map(_PRODUCER_ID, batches), default=-1) >= 0
+            producers = self._producers.loaded(db, now) if idempotent else {}
             try:
                 file_id = db.execute(
-                    "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at)"
-                    " VALUES (?, ?, ?, 0, 'uploaded', ?)",
-                    (object_key, uploader_broker_id, file_size, now),
+                    "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
+                    " next_batch_id) VALUES (?, ?, ?, 0, 'uploaded', ?, ?)",
+                    (object_key, uploader_broker_id, file_size, now, first_batch_id),
                 ).lastrowid
             except sqlite3.IntegrityError:
                 raise CoordinatorException(f"object {object_key} is already committed") from None
-            logs = self._logs
-            producers = self._producers.loaded(db, now) if any(r.producer_id >= 0 for r in batches) else {}
             dirty = self._producers.dirty
-            # Keyed by object identity: brokers reuse one TopicIdPartition per partition, and
-            # hashing the dataclass (UUID included) per batch costs more than the rest of the loop.
-            by_tip: dict[int, tuple[tuple[str, int], _Log | None]] = {}
-            touched: dict[tuple[str, int], _Log] = {}
+            # The loop runs once per batch, so it works on locals: the current log's high watermark
+            # and byte size live in variables until the partition changes (brokers send an object's
+            # batches grouped by partition). Logs are found by the request's TopicIdPartition object
+            # identity: hashing it (UUID included) costs more than the rest of the loop.
+            by_tip = self._logs_by_tip
+            if len(by_tip) > 100_000:  # callers that make new TopicIdPartitions per request
+                by_tip.clear()
+            started: dict[int, tuple[_Log, int, int]] = {}  # log_id → (log, hwm, byte size) before
             responses: list[CommitBatchResponse] = []
             rows: list[tuple] = []
-            topic_bytes: dict[str, list] = {}
+            respond = responses.append
+            add_row = rows.append
+            response = CommitBatchResponse
+            ts_types = _TIMESTAMP_TYPES
+            prev_tip: object = None
+            producer_batches = 0
+            log: _Log | None = None
+            log_id = lso = hwm = log_bytes = 0
+            per_log: dict[int, _Producer] = {}
             for i, req in enumerate(batches):
                 tip = req.topic_id_partition
-                entry = by_tip.get(id(tip))
-                if entry is None:
-                    if not isinstance(tip, TopicIdPartition):
-                        raise CoordinatorException(
-                            f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
-                    key = (str(tip.topic_id), tip.partition)
-                    if key in logs:
-                        log = logs[key]
+                if tip is not prev_tip:
+                    if log is not None:
+                        log.high_watermark, log.byte_size = hwm, log_bytes
+                    prev_tip = tip
+                    cached = by_tip.get(id(tip))
+                    if cached is not None:
+                        log = cached[1]
                     else:
-                        row = db.execute(
-                            "SELECT topic_name, log_start_offset, high_watermark, byte_size FROM logs"
-                            " WHERE topic_id = ? AND partition = ?",
-                            key,
-                        ).fetchone()
-                        log = logs[key] = _Log(*row) if row else None
-                    entry = by_tip[id(tip)] = (key, log)
-                key, log = entry
+                        log = self._cached_log(db, tip, object_key, i)
+                        by_tip[id(tip)] = (tip, log)
+                    if log is not None:
+                        log_id, lso, hwm, log_bytes = log.log_id, log.log_start_offset, log.high_watermark, log.byte_size
+                        if log_id not in started:
+                            started[log_id] = (log, hwm, log_bytes)
+                        if idempotent:
+                            per_log = producers.get(log_id) or producers.setdefault(log_id, {})
                 size = req.size
-                offset_delta = req.last_offset - req.base_offset
-                if size <= 0 or req.byte_offset < 0 or req.byte_offset + size > file_size or offset_delta < 0 \
-                        or req.message_timestamp_type not in (-1, 0, 1):
+                byte_offset = req.byte_offset
+                delta = req.last_offset - req.base_offset
+                if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
+                        or req.message_timestamp_type not in ts_types:
                     raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
                 if log is None:
-                    responses.append(CommitBatchResponse.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
+                    respond(response.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
                     continue
                 pid = req.producer_id
-                producer = None
                 if pid >= 0:
-                    pkey = (key[0], key[1], pid)
-                    producer = producers.get(pkey)
+                    epoch = req.producer_epoch
+                    base_seq = req.base_sequence
+                    last_seq = req.last_sequence
+                    producer = per_log.get(pid)
                     if producer is not None:
-                        verdict = self._check_producer(producer, req)
-                        if verdict.__class__ is tuple:  # duplicate: the original batch's answer
-                            responses.append(CommitBatchResponse(NONE, verdict[2], verdict[4],  # type: ignore[index]
-                                                                 log.log_start_offset, True, req))
-                            continue
-                        if verdict != NONE:
-                            responses.append(CommitBatchResponse.of_error(verdict, req))  # type: ignore[arg-type]
-                            continue
-                base = log.high_watermark
-                last = base + offset_delta
-                log.high_watermark = last + 1
-                log.byte_size += size
-                touched[key] = log
-                rows.append((key[0], key[1], base, last, file_id, req.byte_offset, size, now,
-                             req.batch_max_timestamp, req.message_timestamp_type, pid, req.producer_epoch,
-                             req.base_sequence, req.last_sequence))
-                acc = topic_bytes.get(key[0])
-                if acc is None:
-                    topic_bytes[key[0]] = [log.topic_name, size]
+                        if epoch == producer.epoch:  # the common case of _check_producer, inline
+                            cached_batches = producer.batches
+                            duplicate = None
+                            for cached in cached_batches:
+                                if cached[1] == last_seq and cached[0] == base_seq:
+                                    duplicate = cached
+                                    break
+                            if duplicate is not None:  # the original batch's answer
+                                respond(response(NONE, duplicate[2], duplicate[4], lso, True, req))
+                                continue
+                            if cached_batches:
+                                previous = cached_batches[-1][1]
+                                if previous != NO_SEQUENCE and base_seq != previous + 1 \
+                                        and not (previous == INT32_MAX and base_seq == 0):
+                                    respond(response.of_error(OUT_OF_ORDER_SEQUENCE_NUMBER, req))
+                                    continue
+                        else:
+                            verdict = self._check_producer(producer, req)
+                            if verdict != NONE:
+                                respond(response.of_error(verdict, req))  # type: ignore[arg-type]
+                                continue
+                            producer = None
+                    base = hwm
+                    hwm = last = base + delta
+                    hwm += 1
+                    log_bytes += size
+                    add_row((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
+                             req.message_timestamp_type, pid, epoch, base_seq, last_seq, batch_id))
+                    if producer is None:
+                        producer = per_log[pid] = _Producer(epoch)
+                    producer.batches.append((base_seq, last_seq, base, last, now))
+                    dirty.add(log_id)
+                    producer_batches += 1
                 else:
-                    acc[1] += size
-                if pid >= 0:
-                    if producer is None or producer.epoch != req.producer_epoch:
-                        producer = producers[pkey] = _Producer(req.producer_epoch)
-                    producer.append((req.base_sequence, req.last_sequence, base, last, now))
-                    dirty.add(pkey)
-                responses.append(CommitBatchResponse(NONE, base, now, log.log_start_offset, False, req))
+                    base = hwm
+                    hwm = last = base + delta
+                    hwm += 1
+                    log_bytes += size
+                    add_row((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
+                             req.message_timestamp_type, pid, req.producer_epoch, req.base_sequence,
+                             req.last_sequence, batch_id))
+                batch_id += 1
+                respond(response(NONE, base, now, lso, False, req))
+            if log is not None:
+                log.high_watermark, log.byte_size = hwm, log_bytes
             if rows:
                 db.executemany(_INSERT_BATCH, rows)
-            db.executemany(
-                "UPDATE logs SET high_watermark = ?, byte_size = ? WHERE topic_id = ? AND partition = ?",
-                [(log.high_watermark, log.byte_size, k[0], k[1]) for k, log in touched.items()],
-            )
+            self._next_batch_id = batch_id
+            # What this object added per log and per topic, from the logs' state before and after.
+            log_updates, spans = [], []
+            topic_bytes: dict[str, list] = {}
+            for log_id, (log, hwm_before, bytes_before) in started.items():
+                if log.high_watermark == hwm_before:
+                    continue
+                log_updates.append((log.high_watermark, log.byte_size, log_id))
+                spans.append((file_id, log_id, hwm_before, log.high_watermark - 1))
+                acc = topic_bytes.get(log.topic_id)
+                if acc is None:
+                    topic_bytes[log.topic_id] = [log.topic_name, log.byte_size - bytes_before]
+                else:
+                    acc[1] += log.byte_size - bytes_before
+            db.executemany("UPDATE logs SET high_watermark = ?, byte_size = ? WHERE log_id = ?", log_updates)
+            db.executemany("INSERT INTO file_logs (file_id, log_id, min_last_offset, max_last_offset)"
+                           " VALUES (?, ?, ?, ?)", spans)
             used = sum(acc[1] for acc in topic_bytes.values())
             if used:
-                db.execute("UPDATE files SET used_size = ? WHERE file_id = ?", (used, file_id))
+                db.execute("UPDATE files SET used_size = ?, next_batch_id = ?, producer_batches = ? WHERE file_id = ?",
+                           (used, batch_id, producer_batches, file_id))
             else:  # nothing committed (all failed or duplicates): the object is garbage already
                 db.execute(
                     "UPDATE files SET state = 'deleting', marked_for_deletion_at = ? WHERE file_id = ?",
@@ -654,11 +869,23 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 [(file_id, tid, name, size, size) for tid, (name, size) in topic_bytes.items()],
             )
             if self._producers.dirty and now - self._producers.snapshot_at_ms >= PRODUCER_SNAPSHOT_INTERVAL_MS:
-                self._producers.snapshot(db, now)
+                self._producers.snapshot(db, now, batch_id - 1)
             faults.pause("diskless.commit")  # crash tests only (kcli/faults.py): before COMMIT
         if self._checkpointer is not None:
             self._checkpointer.poke()
         return responses
+
+    def _cached_log(self, db: sqlite3.Connection, tip: object, object_key: str, index: int) -> _Log | None:
+        """The write-path cache entry of a partition's log (None: unknown partition)."""
+        if not isinstance(tip, TopicIdPartition):
+            raise CoordinatorException(
+                f"invalid commit of {object_key}: batch {index}: topic_id_partition is not a TopicIdPartition")
+        key = (str(tip.topic_id), tip.partition)
+        if key in self._logs:
+            return self._logs[key]
+        row = self._log_row(db, *key)
+        log = self._logs[key] = None if row is None else _Log(row[0], key[0], *row[1:])
+        return log
 
     @staticmethod
     def _check_producer(producer: _Producer, req: CommitBatchRequest) -> int | tuple:
@@ -693,13 +920,13 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 tip = req.topic_id_partition
                 tid = str(tip.topic_id)
                 row = db.execute(
-                    "SELECT log_start_offset, high_watermark FROM logs WHERE topic_id = ? AND partition = ?",
+                    "SELECT log_id, log_start_offset, high_watermark FROM logs WHERE topic_id = ? AND partition = ?",
                     (tid, tip.partition),
                 ).fetchone()
                 if row is None:
                     out.append(FindBatchResponse(UNKNOWN_TOPIC_OR_PARTITION, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
                     continue
-                lso, hwm = row
+                log_id, lso, hwm = row
                 if req.offset < lso or req.offset > hwm:
                     out.append(FindBatchResponse(OFFSET_OUT_OF_RANGE, [], lso, hwm))
                     continue
@@ -709,8 +936,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     taken = 0
                     cursor = db.execute(
                         f"SELECT {_BATCH_COLUMNS} FROM batches b JOIN files f ON f.file_id = b.file_id"
-                        " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ? ORDER BY b.last_offset",
-                        (tid, tip.partition, req.offset),
+                        " WHERE b.log_id = ? AND b.last_offset >= ? ORDER BY b.last_offset",
+                        (log_id, req.offset),
                     )
                     for (batch_id, key, byte_offset, size, base, last, append_time, max_ts, ts_type,
                          pid, epoch, base_seq, last_seq) in cursor:
@@ -741,12 +968,13 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 tip = req.topic_id_partition
                 key = (str(tip.topic_id), tip.partition)
                 row = db.execute(
-                    "SELECT log_start_offset, high_watermark FROM logs WHERE topic_id = ? AND partition = ?", key
+                    "SELECT log_id, log_start_offset, high_watermark FROM logs WHERE topic_id = ? AND partition = ?",
+                    key,
                 ).fetchone()
                 if row is None:
                     out.append(ListOffsetsResponse(UNKNOWN_TOPIC_OR_PARTITION, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
                     continue
-                lso, hwm = row
+                log_id, lso, hwm = row
                 ts = req.timestamp
                 if ts in (ListOffsetsRequest.EARLIEST_TIMESTAMP, ListOffsetsRequest.EARLIEST_LOCAL_TIMESTAMP):
                     # Diskless logs have no local/remote split: the earliest local offset is the earliest.
@@ -758,9 +986,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 elif ts == ListOffsetsRequest.MAX_TIMESTAMP:
                     # Batch granularity: the last offset of the earliest batch holding the max timestamp.
                     hit = db.execute(
-                        f"SELECT last_offset, {_EFFECTIVE_TS} AS ts FROM batches WHERE topic_id = ? AND partition = ?"
+                        f"SELECT last_offset, {_EFFECTIVE_TS} AS ts FROM batches WHERE log_id = ?"
                         " ORDER BY ts DESC, last_offset ASC LIMIT 1",
-                        key,
+                        (log_id,),
                     ).fetchone()
                     if hit is None:
                         out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
@@ -769,9 +997,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 else:
                     # Batch granularity: the first batch whose timestamp reaches ts; its base offset.
                     hit = db.execute(
-                        f"SELECT base_offset, {_EFFECTIVE_TS} FROM batches WHERE topic_id = ? AND partition = ?"
+                        f"SELECT base_offset, {_EFFECTIVE_TS} FROM batches WHERE log_id = ?"
                         f" AND {_EFFECTIVE_TS} >= ? ORDER BY last_offset LIMIT 1",
-                        (*key, ts),
+                        (log_id, ts),
                     ).fetchone()
                     if hit is None:
                         out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
@@ -786,7 +1014,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         now = self._clock()
         out: list[DeleteRecordsResponse] = []
         with self._tx() as db:
-            self._logs.clear()  # log rows change below
+            self._forget_logs()  # log rows change below
             for req in requests:
                 tip = req.topic_id_partition
                 key = (str(tip.topic_id), tip.partition)
@@ -794,7 +1022,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if row is None:
                     out.append(DeleteRecordsResponse(UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET))
                     continue
-                _name, lso, hwm, _size = row
+                log_id, _name, lso, hwm, _size = row
                 target = hwm if req.offset == DeleteRecordsRequest.HIGH_WATERMARK else req.offset
                 if target < 0 or target > hwm:
                     out.append(DeleteRecordsResponse(OFFSET_OUT_OF_RANGE, UNKNOWN_OFFSET))
@@ -802,9 +1030,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if target <= lso:
                     out.append(DeleteRecordsResponse(NONE, lso))
                     continue
-                self._delete_batches(db, "topic_id = ? AND partition = ? AND last_offset < ?", (*key, target), now)
-                db.execute("UPDATE logs SET log_start_offset = ? WHERE topic_id = ? AND partition = ?",
-                           (target, *key))
+                self._delete_batches(db, log_id, key[0], target, now)
+                db.execute("UPDATE logs SET log_start_offset = ? WHERE log_id = ?", (target, log_id))
                 out.append(DeleteRecordsResponse(NONE, target))
         return out
 
@@ -812,12 +1039,11 @@ class SqliteBatchCoordinator(BatchCoordinator):
     def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
         now = self._clock()
         with self._tx() as db:
-            self._logs.clear()  # log rows change below
+            self._forget_logs()  # log rows change below
             for topic_id in set(topic_ids):
                 tid = str(topic_id)
-                self._delete_batches(db, "topic_id = ?", (tid,), now, update_logs=False)
-                self._producers.drop(db, tid)
-                db.execute("DELETE FROM logs WHERE topic_id = ?", (tid,))
+                for (log_id,) in db.execute("SELECT log_id FROM logs WHERE topic_id = ?", (tid,)).fetchall():
+                    self._drop_log(db, log_id, tid, now)
 
     @_guarded
     def get_files_to_delete(self) -> list[FileToDelete]:
@@ -831,16 +1057,19 @@ class SqliteBatchCoordinator(BatchCoordinator):
     def delete_files(self, request: DeleteFilesRequest) -> None:
         # Only rows already marked 'deleting' (hence without batches) go; live objects stay.
         with self._tx() as db:
+            # Batch ids stay unique after the newest objects are gone: keep the counter as a floor.
+            db.execute("INSERT OR REPLACE INTO kcli_meta (key, value) VALUES ('next_batch_id', ?)",
+                       (str(self._batch_counter(db)),))
             db.executemany(
                 "DELETE FROM files WHERE object_key = ? AND state = 'deleting'"
-                " AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.file_id = files.file_id)",
+                f" AND NOT EXISTS (SELECT 1 FROM {_FILE_BATCHES} WHERE fl.file_id = files.file_id)",
                 [(key,) for key in sorted(request.object_key_paths)],
             )
 
     @_guarded
     def is_safe_to_delete_file(self, object_key: str) -> bool:
         row = self._conn().execute(
-            "SELECT EXISTS (SELECT 1 FROM batches b JOIN files f ON f.file_id = b.file_id WHERE f.object_key = ?)",
+            f"SELECT EXISTS (SELECT 1 FROM files f, {_FILE_BATCHES} WHERE fl.file_id = f.file_id AND f.object_key = ?)",
             (object_key,),
         ).fetchone()
         return not row[0]
@@ -853,13 +1082,11 @@ class SqliteBatchCoordinator(BatchCoordinator):
         tid = str(topic_id)
         deleted = 0
         with self._tx() as db:
-            self._logs.clear()  # log rows change below
+            self._forget_logs()  # log rows change below
             for partition in sorted(partitions):
-                count, _ = self._delete_batches(db, "topic_id = ? AND partition = ?", (tid, partition), now,
-                                                update_logs=False)
-                deleted += count
-                self._producers.drop(db, tid, partition)
-                db.execute("DELETE FROM logs WHERE topic_id = ? AND partition = ?", (tid, partition))
+                row = self._log_row(db, tid, partition)
+                if row is not None:
+                    deleted += self._drop_log(db, row[0], tid, now)
         return deleted
 
     @_guarded
@@ -868,7 +1095,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
     ) -> list[RetentionResult]:
         out: list[RetentionResult] = []
         with self._tx() as db:
-            self._logs.clear()  # log rows change below
+            self._forget_logs()  # log rows change below
             for request in requests:
                 tip, retention_ms, retention_bytes = request
                 key = (str(tip.topic_id), tip.partition)
@@ -876,7 +1103,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if row is None:
                     out.append(RetentionResult(tip, UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET, 0, 0))
                     continue
-                _name, lso, _hwm, size = row
+                log_id, _name, lso, _hwm, size = row
                 if retention_ms < 0 and (retention_bytes < 0 or size <= retention_bytes):
                     out.append(RetentionResult(tip, NONE, lso, 0, 0))
                     continue
@@ -885,9 +1112,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 remaining = size
                 horizon = now_ms - retention_ms
                 cursor = db.execute(
-                    f"SELECT last_offset, byte_size, {_EFFECTIVE_TS} FROM batches"
-                    " WHERE topic_id = ? AND partition = ? ORDER BY last_offset",
-                    key,
+                    f"SELECT last_offset, byte_size, {_EFFECTIVE_TS} FROM batches WHERE log_id = ? ORDER BY last_offset",
+                    (log_id,),
                 )
                 for last, bsize, ts in cursor:
                     by_time = retention_ms >= 0 and ts < horizon
@@ -903,11 +1129,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if cutoff is None:
                     out.append(RetentionResult(tip, NONE, lso, 0, 0))
                     continue
-                self._delete_batches(db, "topic_id = ? AND partition = ? AND last_offset < ?", (*key, cutoff),
-                                     now_ms)
+                self._delete_batches(db, log_id, key[0], cutoff, now_ms)
                 new_lso = max(lso, cutoff)
-                db.execute("UPDATE logs SET log_start_offset = ? WHERE topic_id = ? AND partition = ?",
-                           (new_lso, *key))
+                db.execute("UPDATE logs SET log_start_offset = ? WHERE log_id = ?", (new_lso, log_id))
                 out.append(RetentionResult(tip, NONE, new_lso, count, freed))
         return out
 
@@ -915,7 +1139,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
     def describe_logs(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[LogInfo]:
         sql = (
             "SELECT l.topic_id, l.topic_name, l.partition, l.log_start_offset, l.high_watermark, l.byte_size,"
-            " (SELECT COUNT(*) FROM batches b WHERE b.topic_id = l.topic_id AND b.partition = l.partition)"
+            " (SELECT COUNT(*) FROM batches b WHERE b.log_id = l.log_id)"
             " FROM logs l"
         )
         params: list[Any] = []
@@ -954,7 +1178,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         sql = (
             "SELECT f.file_id, f.object_key, f.file_size, f.used_size, f.state, f.committed_at,"
             " f.marked_for_deletion_at, f.uploader,"
-            " (SELECT COUNT(*) FROM batches b WHERE b.file_id = f.file_id) FROM files f"
+            f" (SELECT COUNT(*) FROM {_FILE_BATCHES} WHERE fl.file_id = f.file_id) FROM files f"
         )
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
@@ -964,9 +1188,10 @@ class SqliteBatchCoordinator(BatchCoordinator):
         try:
             for file_id, key, fsize, used, st, committed, marked, uploader, count in db.execute(sql, params).fetchall():
                 parts = db.execute(
-                    "SELECT DISTINCT b.topic_id, l.topic_name, b.partition FROM batches b"
-                    " JOIN logs l ON l.topic_id = b.topic_id AND l.partition = b.partition"
-                    " WHERE b.file_id = ? ORDER BY l.topic_name, b.partition",
+                    "SELECT l.topic_id, l.topic_name, l.partition FROM file_logs fl JOIN logs l ON l.log_id = fl.log_id"
+                    " WHERE fl.file_id = ? AND EXISTS (SELECT 1 FROM batches b WHERE b.log_id = fl.log_id"
+                    " AND b.last_offset BETWEEN fl.min_last_offset AND fl.max_last_offset AND b.file_id = fl.file_id)"
+                    " ORDER BY l.topic_name, l.partition",
                     (file_id,),
                 ).fetchall()
                 tips = [TopicIdPartition(uuid.UUID(t), n, p) for t, n, p in parts]
@@ -978,10 +1203,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
     @_guarded
     def batches_in_file(self, object_key: str) -> list[BatchInfo]:
         rows = self._conn().execute(
-            f"SELECT {_BATCH_COLUMNS}, b.topic_id, l.topic_name, b.partition FROM batches b"
-            " JOIN files f ON f.file_id = b.file_id"
-            " JOIN logs l ON l.topic_id = b.topic_id AND l.partition = b.partition"
-            " WHERE f.object_key = ? ORDER BY b.byte_offset",
+            f"SELECT {_BATCH_COLUMNS}, l.topic_id, l.topic_name, l.partition FROM files f, {_FILE_BATCHES}"
+            " JOIN logs l ON l.log_id = b.log_id WHERE fl.file_id = f.file_id AND f.object_key = ? ORDER BY b.byte_offset",
             (object_key,),
         ).fetchall()
         tips: dict[tuple[str, int], TopicIdPartition] = {}
