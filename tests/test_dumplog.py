@@ -569,14 +569,29 @@ _record = st.tuples(
     st.lists(st.tuples(st.sampled_from(["a", "trace", "h2"]), st.one_of(st.none(), st.binary(max_size=3))),
              max_size=2),
 )
+# Batches whose records share a key size and/or a value size (keyless, fixed-size payloads): the
+# column path folds such a size into the text before it, so these need cases of their own.
+_uniform_records = st.builds(
+    lambda n, keys, values, headers, vary: [
+        (None if keys is None else keys + (b"x" * i if vary == "key" else b""),
+         None if values is None else values + (b"y" * i if vary == "value" else b""), headers)
+        for i in range(n)
+    ],
+    st.integers(min_value=1, max_value=25),
+    st.one_of(st.none(), st.binary(max_size=6)),
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.sampled_from([[], [("a", b"1")]]),
+    st.sampled_from(["", "key", "value"]),
+)
 _batch = st.fixed_dictionaries({
-    "records": st.lists(_record, min_size=1, max_size=25),
+    "records": st.one_of(st.lists(_record, min_size=1, max_size=25), _uniform_records),
     "base": st.sampled_from([0, 7, 9_990, 99_999_995, 2**40 + 9_998]),
     "ts0": st.sampled_from([-1, 0, 9_999, 1_700_000_000_000, 1_700_000_009_995]),
     "ts_step": st.sampled_from([0, 1, 7, 10_000]),
     "codec": st.sampled_from(CODECS),
-    # (producerId, producerEpoch, baseSequence): plain, idempotent, about to wrap at Integer.MAX_VALUE
-    "producer": st.sampled_from([(-1, -1, -1), (7, 1, 0), (7, 1, 2**31 - 5), (9, 0, 12_345)]),
+    # (producerId, producerEpoch, baseSequence): plain, idempotent, about to wrap at Integer.MAX_VALUE,
+    # a sequence run crossing a multiple of 10,000 inside the batch
+    "producer": st.sampled_from([(-1, -1, -1), (7, 1, 0), (7, 1, 2**31 - 5), (9, 0, 12_345), (9, 0, 9_990)]),
     "gaps": st.booleans(),
     "log_append_time": st.booleans(),
     "control": st.sampled_from([False] * 5 + [True]),
@@ -715,3 +730,18 @@ def test_batch_lines_bad_crc_position_and_many_producers(tmp_path: Path) -> None
     assert "producerId: 2 producerEpoch: 0 " in res.lines[2 + 8]  # i = 8: 8 % 3, 8 % 2
     want, _ = _reference_batch_lines(str(seg))
     assert "".join(line + "\n" for line in res.lines[2:]) == want
+
+
+def test_batch_lines_follow_each_field_of_the_producer_group(tmp_path: Path) -> None:
+    """Consecutive batches that differ in only one of producerId, producerEpoch, attributes or
+    partitionLeaderEpoch: the batch-level loop reuses the last batch's text only when all match."""
+    idem = dict(producer_id=4, producer_epoch=0, base_sequence=0)
+    variants = [idem, {**idem, "partition_leader_epoch": 3}, {**idem, "producer_epoch": 1},
+                {**idem, "producer_id": 5}, {**idem, "transactional": True}, {**idem, "compression": "gzip"}]
+    batches = [build_batch(simple_records(2), 2 * i, **variants[i % len(variants)]) for i in range(14)]
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"".join(batches))
+    res = dump(seg)
+    want, _ = _reference_batch_lines(str(seg))
+    assert "".join(line + "\n" for line in res.lines[2:]) == want
+    assert "partitionLeaderEpoch: 3 " in res.lines[3] and "partitionLeaderEpoch: 0 " in res.lines[4]

@@ -67,6 +67,8 @@ def scan_batch_lines(
     append = out.append
     wsize = window_size(source)
     groups: dict[tuple[int, int, int, int], tuple[str, str, str]] = {}
+    g = ("", "", "")  # the last batch's group, and the fields it was made for (none yet)
+    g_pid = g_epoch = g_attrs = g_ple = None
     counts = _Count()
     batches = 0
     first_bad = -1
@@ -113,11 +115,15 @@ def scan_batch_lines(
                 size = length + 12
                 if length < _MIN_LENGTH or magic != 2 or rel + size > wlen:
                     break
-                g = groups.get((pid, epoch, attrs, ple))
-                if g is None or attrs & 0x40:
-                    if len(groups) >= CACHE_LIMIT:
-                        groups.clear()
-                    g = groups[(pid, epoch, attrs, ple)] = _group(pid, epoch, attrs, ple, magic, base_ts)
+                # Consecutive batches mostly come from one producer: compare with the last
+                # batch's fields before paying for a tuple key and its hash.
+                if pid != g_pid or epoch != g_epoch or attrs != g_attrs or ple != g_ple or attrs & 0x40:
+                    g = groups.get((pid, epoch, attrs, ple))
+                    if g is None or attrs & 0x40:
+                        if len(groups) >= CACHE_LIMIT:
+                            groups.clear()
+                        g = groups[(pid, epoch, attrs, ple)] = _group(pid, epoch, attrs, ple, magic, base_ts)
+                    g_pid, g_epoch, g_attrs, g_ple = pid, epoch, attrs, ple
                 if crc32c(win[rel + 21 : rel + size]) == crc:
                     valid = _VALID
                 else:

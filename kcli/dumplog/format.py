@@ -176,6 +176,8 @@ def _digits(suffix: str) -> tuple[list[str], list[str]]:
 def _size_text(suffix: str) -> _IntText:
     cache = _SIZE_TEXT.get(suffix)
     if cache is None:
+        if len(_SIZE_TEXT) >= 256:  # suffixes carry sequence/size digits: keep the set bounded
+            _SIZE_TEXT.clear()
         cache = _SIZE_TEXT[suffix] = _IntText(suffix)
     return cache
 
@@ -220,20 +222,34 @@ def _lengths(items: Iterable[bytes | None]) -> list[int]:
 
 def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tuple) -> str | None:
     """The ``| offset: ...`` lines of a non-control batch, or None when it needs the per-record path
-    (sequences that wrap or run over non-consecutive offsets)."""
+    (sequences that wrap or run over non-consecutive offsets).
+
+    Each record's line is joined from as few pieces as the batch allows: a field that is the same
+    for every record of the batch (value size, key size) or a run's leading digits (sequence) is
+    folded into the text of the field before it, so it costs no piece of its own.
+    """
     n = len(records)
     base = h[0]
     bseq = h[11]
-    headers = list(map(_HEADERS, records))
-    tail = " headerKeys: " if any(headers) else " headerKeys: []\n"
+    headers = list(map(_HEADERS, records)) if any(map(_HEADERS, records)) else None
+    tail = " headerKeys: " if headers else " headerKeys: []\n"
+    # sequence: a run, as its leading digits (folded into the value-size text) and a table slice
+    seq_lows: Iterable[str] | None = None
+    seq_head = ""
     if bseq >= 0:
         first_seq = bseq + offsets[0] - base
         if not consecutive or first_seq < 0 or first_seq + n - 1 > INT_MAX:
             return None  # wraps at Integer.MAX_VALUE, or gaps: incrementSequence per record
-        seq_heads, seq_lows = _run(first_seq, n, "", tail)
-        value_suffix = " sequence: "
+        high, low = divmod(first_seq, BLOCK)
+        if low + n <= BLOCK:
+            padded, plain = _digits(tail)
+            seq_lows = padded[low : low + n] if high else plain[low : low + n]
+            seq_head = str(high) if high else ""
+        else:
+            seq_head_col, seq_lows = _run(first_seq, n, "", tail)
+            seq_lows = list(map("".join, zip(seq_head_col, seq_lows)))
+        value_suffix = " sequence: " + seq_head
     else:
-        seq_heads = seq_lows = None
         value_suffix = " sequence: -1" + tail
     # offsets; the timestamp label rides on the end of the offset text
     label = " LogAppendTime: " if h[5] & 0x08 else " CreateTime: "
@@ -242,6 +258,23 @@ def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tup
     else:
         off_heads, off_lows = repeat("| offset: "), [f"{o}{label}" for o in offsets]
     columns: list[Iterable[str]] = [off_heads, off_lows]
+    # key and value sizes: a size shared by the whole batch is folded into the text before it
+    key_sizes = _lengths(map(_KEY, records)) or [-1 if k is None else len(k) for k in map(_KEY, records)]
+    value_sizes = _lengths(map(_VALUE, records)) or [-1 if v is None else len(v) for v in map(_VALUE, records)]
+    v0 = value_sizes[0]
+    if value_sizes.count(v0) == n:
+        key_suffix = f" valueSize: {v0}{value_suffix}"
+        value_column = None
+    else:
+        key_suffix = " valueSize: "
+        value_column = map(_size_text(value_suffix).__getitem__, value_sizes)
+    k0 = key_sizes[0]
+    if key_sizes.count(k0) == n:
+        ts_suffix = f" keySize: {k0}{key_suffix}"
+        key_column = None
+    else:
+        ts_suffix = " keySize: "
+        key_column = map(_size_text(key_suffix).__getitem__, key_sizes)
     # timestamps: the leading digits once per batch and the last four from a table, or (when
     # few) each distinct timestamp converted once
     stamps = list(map(_TIMESTAMP, records))
@@ -249,20 +282,21 @@ def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tup
     low_ts = min(distinct)
     high = low_ts // BLOCK
     if len(distinct) * 4 > n and low_ts >= BLOCK and max(distinct) // BLOCK == high:
+        if key_column is None:  # the table's suffix would change from batch to batch
+            key_column = repeat(ts_suffix[10:])
+            ts_suffix = " keySize: "
         columns.append(repeat(str(high)))
-        columns.append(map(_digits(" keySize: ")[0].__getitem__, map(sub, stamps, repeat(high * BLOCK))))
+        columns.append(map(_digits(ts_suffix)[0].__getitem__, map(sub, stamps, repeat(high * BLOCK))))
     else:
-        by_ts = {t: f"{t} keySize: " for t in distinct}
+        by_ts = {t: f"{t}{ts_suffix}" for t in distinct}
         columns.append(map(by_ts.__getitem__, stamps))
-    # key and value sizes
-    key_sizes = _lengths(map(_KEY, records)) or [-1 if k is None else len(k) for k in map(_KEY, records)]
-    value_sizes = _lengths(map(_VALUE, records)) or [-1 if v is None else len(v) for v in map(_VALUE, records)]
-    columns.append(map(_size_text(" valueSize: ").__getitem__, key_sizes))
-    columns.append(map(_size_text(value_suffix).__getitem__, value_sizes))
-    if seq_heads is not None:
-        columns.append(seq_heads)
+    if key_column is not None:
+        columns.append(key_column)
+    if value_column is not None:
+        columns.append(value_column)
+    if seq_lows is not None:
         columns.append(seq_lows)
-    if tail == " headerKeys: ":
+    if headers:
         columns.append([f"[{','.join([x[0] for x in hs])}]\n" if hs else "[]\n" for hs in headers])
     return "".join(map("".join, zip(*columns)))
 
