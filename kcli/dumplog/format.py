@@ -220,6 +220,15 @@ def _lengths(items: Iterable[bytes | None]) -> list[int]:
         return []
 
 
+def _shared_or_column(sizes: list[int], label: str, suffix: str) -> tuple[str, Iterable[str] | None]:
+    """``label size suffix`` as one piece when every record has the same size (the text before it
+    absorbs it), else the bare label and a column of ``size suffix`` pieces."""
+    first = sizes[0]
+    if sizes.count(first) == len(sizes):
+        return f"{label}{first}{suffix}", None
+    return label, map(_size_text(suffix).__getitem__, sizes)
+
+
 def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tuple) -> str | None:
     """The ``| offset: ...`` lines of a non-control batch, or None when it needs the per-record path
     (sequences that wrap or run over non-consecutive offsets).
@@ -261,20 +270,8 @@ def _metadata_lines(records: list, offsets: list[int], consecutive: bool, h: tup
     # key and value sizes: a size shared by the whole batch is folded into the text before it
     key_sizes = _lengths(map(_KEY, records)) or [-1 if k is None else len(k) for k in map(_KEY, records)]
     value_sizes = _lengths(map(_VALUE, records)) or [-1 if v is None else len(v) for v in map(_VALUE, records)]
-    v0 = value_sizes[0]
-    if value_sizes.count(v0) == n:
-        key_suffix = f" valueSize: {v0}{value_suffix}"
-        value_column = None
-    else:
-        key_suffix = " valueSize: "
-        value_column = map(_size_text(value_suffix).__getitem__, value_sizes)
-    k0 = key_sizes[0]
-    if key_sizes.count(k0) == n:
-        ts_suffix = f" keySize: {k0}{key_suffix}"
-        key_column = None
-    else:
-        ts_suffix = " keySize: "
-        key_column = map(_size_text(key_suffix).__getitem__, key_sizes)
+    key_suffix, value_column = _shared_or_column(value_sizes, " valueSize: ", value_suffix)
+    ts_suffix, key_column = _shared_or_column(key_sizes, " keySize: ", key_suffix)
     # timestamps: the leading digits once per batch and the last four from a table, or (when
     # few) each distinct timestamp converted once
     stamps = list(map(_TIMESTAMP, records))
