@@ -58,6 +58,8 @@ PARTITIONS = 2
 GRACE_MS = 800  # diskless.file.cleaner.retention.period.ms
 CLEANER_INTERVAL_MS = 200
 PAYLOAD_BYTES = 200
+WINDOW_TIMEOUT_S = 40.0  # waiting for a round's windows to be open at once; then kill anyway
+MISS_RETRIES = 2  # a round that missed its window(s) is run again this many times
 
 BROKER_CONFIGS = {
     "remote.log.storage.system.enable": "true",
@@ -537,7 +539,7 @@ class CrashSoak:
         return False
 
     # -- one round -----------------------------------------------------------------------------
-    def round(self, point: str, next_point: str | None) -> RoundResult:
+    def round(self, point: str, next_point: str | None, retry_miss: bool = False) -> RoundResult:
         """Kill inside ``point``'s window(s) (the broker runs with their pauses configured),
         restart with ``next_point``'s pauses configured, then check everything."""
         assert self.broker is not None and self.producer is not None
@@ -551,14 +553,14 @@ class CrashSoak:
         else:
             self.switch.touch()  # arm the pause points only now: the checks ran at full speed
             try:
-                hit = self._kill_inside(point.split("+"), since, 90.0)
+                hit = self._kill_inside(point.split("+"), since, WINDOW_TIMEOUT_S)
             finally:
                 self.switch.unlink(missing_ok=True)
         killed = time.monotonic()
         killed_wall = time.time()
         failed_before = len(self.ledger.failed)
         objects, temps = wal_listing(self.objects_dir)
-        self.broker.configs = self.configs(next_point)
+        self.broker.configs = self.configs(point if retry_miss and not hit else next_point)
         self.broker.start()
         restarted = time.monotonic()
         # Orphans of the crash: objects the coordinator does not know that were there at the kill.
@@ -608,9 +610,18 @@ class CrashSoak:
             time.sleep(0.1)
 
     def run(self, points: list[str]) -> list[RoundResult]:
+        """One round per point. A kill that missed its window (the windows did not overlap in
+        time) still counts as a checked round, and the point is tried again, up to
+        MISS_RETRIES times, so every window is hit however the host's timing falls."""
         self.start(points[0] if points else None)
-        for i, point in enumerate(points):
-            self.round(point, points[i + 1] if i + 1 < len(points) else None)
+        i = misses = 0
+        while i < len(points):
+            retry = misses < MISS_RETRIES
+            result = self.round(points[i], points[i + 1] if i + 1 < len(points) else None, retry_miss=retry)
+            if not result.hit and retry:
+                misses += 1
+                continue
+            i, misses = i + 1, 0
         return self.results
 
     # -- the end -------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ def _report(soak: CrashSoak, final: object) -> dict:
 def _assert_clean(soak: CrashSoak, final: object) -> None:
     s = _report(soak, final)
     lines = "\n".join(r.line() for r in soak.results)
-    assert all(r.hit for r in soak.results), f"a kill missed its window:\n{lines}"
+    # A missed window is retried (CrashSoak.run); every point must be hit in the end.
+    missed = {r.point for r in soak.results} - {r.point for r in soak.results if r.hit}
+    assert not missed, f"kills missed these windows on every try: {missed}\n{lines}"
     for r in soak.results:
         assert r.check.ok, f"round {r.round}: {r.check.examples}\n{lines}"
         assert r.orphans_left == 0, f"orphan WAL objects outlived the grace period:\n{lines}"
@@ -59,7 +61,7 @@ def test_three_crashes_inside_upload_commit_roll_and_tiering_windows_keep_every_
         final = soak.final_check()
         tools = soak.offline_tools()
     _assert_clean(soak, final)
-    upload_commit, roll_tiered = soak.results[0], soak.results[1]
+    upload_commit, roll_tiered = (next(r for r in soak.results if r.hit and r.point == p) for p in COMBINED[:2])
     # What the windows leave behind proves the kills landed in them: a half-written upload temp
     # file (upload), an uploaded object the rolled-back commit never recorded (commit), a
     # half-copied remote segment's temp file (tiering copy).
