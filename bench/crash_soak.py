@@ -53,6 +53,11 @@ from tests.brokerproc import BrokerProcess  # noqa: E402
 POINTS = ("objectstore.upload.wal", "diskless.commit", "log.roll", "objectstore.upload.tiered", "random")
 # Windows in different threads can be open at once: one kill inside both (the default test's rounds).
 COMBINED = ("objectstore.upload.wal+diskless.commit", "log.roll+objectstore.upload.tiered", "random")
+# The default test's and --quick's rounds: every window once. A WAL upload and a commit are only
+# open together for the gap between the starts of two consecutive uploads (the next upload starts
+# at most an append interval after the one being committed, and pauses as long), so that pair is
+# killed apart here; the soak's schedule still tries the combination.
+QUICK = ("objectstore.upload.wal", "diskless.commit", "log.roll+objectstore.upload.tiered", "random")
 KINDS = ("classic", "tiered", "diskless")
 PARTITIONS = 2
 GRACE_MS = 800  # diskless.file.cleaner.retention.period.ms
@@ -713,7 +718,7 @@ def schedule(rounds: int, rng: random.Random) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--quick", action="store_true", help="the default test's 3 rounds (every window once)")
+    parser.add_argument("--quick", action="store_true", help="the default test's 4 rounds (every window once)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--rate", type=int, default=400, help="records per second over the three topics")
     parser.add_argument("--pause-ms", type=int, default=600, help="length of the window at each pause point")
@@ -723,7 +728,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    points = list(COMBINED) if args.quick else schedule(args.rounds, random.Random(seed))
+    points = list(QUICK) if args.quick else schedule(args.rounds, random.Random(seed))
     work = Path(tempfile.mkdtemp(prefix="kcli-crash-soak-"))
     started = time.monotonic()
     soak = CrashSoak(work, seed=seed, pause_ms=args.pause_ms, rate=args.rate, failure_rate=args.failure_rate)
