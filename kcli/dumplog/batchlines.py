@@ -15,18 +15,16 @@ The output is byte-for-byte :func:`kcli.dumplog.format.batch_text`; tests compar
 
 from __future__ import annotations
 
-import struct
 from typing import Callable
 
 from crc32c import crc32c
 
 from kcli.dumplog.format import HEADER, HEADER_SIZE, INT_MAX, codec_name, delete_horizon
-from kcli.dumplog.readers import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_OVERHEAD_V0, ScanState, window_size
+from kcli.dumplog.readers import LOG_OVERHEAD, ScanState, locate_batch, window_size
 
 CHUNK_BYTES = 2 << 20  # bytes of log between two hand-overs of text to the output
 CACHE_LIMIT = 1 << 16  # entries per cache; a damaged or odd file must not grow them without bound
 _MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a header-only batch (49)
-_SIZE = struct.Struct(">i")
 _VALID = " isvalid: true\n"
 _INVALID = " isvalid: false\n"
 
@@ -63,7 +61,6 @@ def scan_batch_lines(
     stop reason, as :func:`iter_batches` sets them.
     """
     unpack = HEADER.unpack_from
-    size_at = _SIZE.unpack_from
     append = out.append
     wsize = window_size(source)
     groups: dict[tuple[int, int, int, int], tuple[str, str, str]] = {}
@@ -77,36 +74,11 @@ def scan_batch_lines(
     wstart = wend = pos
     try:
         while True:
-            # ---- slow step: exactly iter_batches' checks for the batch at ``pos``
-            if pos + HEADER_SIZE_UP_TO_MAGIC >= end:
+            # ---- slow step: the checks iter_batches makes, for the batch at ``pos``
+            found = locate_batch(source, pos, end, (win, wstart, wend), wsize, state)
+            if found is None:
                 break
-            if pos + HEADER_SIZE_UP_TO_MAGIC >= wend:
-                win = source.view(pos, min(wsize, end - pos))
-                wstart, wend = pos, pos + len(win)
-            rel = pos - wstart
-            length = size_at(win, rel + 8)[0]
-            if length < RECORD_OVERHEAD_V0:
-                state.reason = (
-                    f"Found record size {length} smaller than minimum record overhead "
-                    f"({RECORD_OVERHEAD_V0}) at position {pos} in file {source.name}."
-                )
-                break
-            size = length + LOG_OVERHEAD
-            if pos + size > end:
-                break
-            if pos + size > wend:
-                win = source.view(pos, max(min(wsize, end - pos), size))
-                wstart, wend = pos, pos + len(win)
-                rel = 0
-            magic = win[rel + 16]
-            if magic != 2:
-                state.reason = f"unsupported record batch magic {magic} at position {pos} in {source.name}"
-                break
-            if size < HEADER_SIZE:
-                state.reason = (
-                    f"record batch at position {pos} in {source.name} is {size} bytes, smaller than its 61-byte header"
-                )
-                break
+            (win, wstart, wend), rel, _size = found
             # ---- fast loop: the batch at ``rel`` is known good; go on while batches are plain
             wlen = wend - wstart
             lim = min(wlen - HEADER_SIZE, rel + CHUNK_BYTES)  # the batch at rel always fits

@@ -42,6 +42,46 @@ class ScanState:
     reason: str | None = None  # set when a header could not be a batch
 
 
+Window = tuple[memoryview, int, int]  # (bytes, file position of its first byte, of its end)
+
+
+def locate_batch(source: Source, pos: int, end: int, window: Window, wsize: int,
+                 state: ScanState) -> tuple[Window, int, int] | None:
+    """Kafka's checks for the batch at ``pos``: ``(window, offset in it, batch size)`` with the
+    whole batch inside the (possibly moved or grown) window, or None where the scan stops —
+    quietly at the end or a cut-short batch, with ``state.reason`` set for a header that cannot
+    be a batch. Shared by :func:`iter_batches` and the batch-line loop (batchlines.py)."""
+    win, wstart, wend = window
+    if pos + HEADER_SIZE_UP_TO_MAGIC >= end:
+        return None
+    if pos + HEADER_SIZE_UP_TO_MAGIC >= wend:
+        win = source.view(pos, min(wsize, end - pos))
+        wstart, wend = pos, pos + len(win)
+    rel = pos - wstart
+    length = _SIZE.unpack_from(win, rel + 8)[0]
+    if length < RECORD_OVERHEAD_V0:
+        state.reason = (
+            f"Found record size {length} smaller than minimum record overhead "
+            f"({RECORD_OVERHEAD_V0}) at position {pos} in file {source.name}."
+        )
+        return None
+    size = length + LOG_OVERHEAD
+    if pos + size > end:
+        return None
+    if pos + size > wend:
+        win = source.view(pos, max(min(wsize, end - pos), size))
+        wstart, wend = pos, pos + len(win)
+        rel = 0
+    magic = win[rel + 16]
+    if magic != 2:
+        state.reason = f"unsupported record batch magic {magic} at position {pos} in {source.name}"
+        return None
+    if size < HEADER_SIZE:
+        state.reason = f"record batch at position {pos} in {source.name} is {size} bytes, smaller than its 61-byte header"
+        return None
+    return (win, wstart, wend), rel, size
+
+
 def iter_batches(source: Source, start: int, end: int, state: ScanState) -> Iterator[tuple[tuple, memoryview, int, bool]]:
     """Yield ``(header_tuple, window, offset_in_window, crc_valid)`` per complete batch in [start, end).
 
@@ -51,41 +91,16 @@ def iter_batches(source: Source, start: int, end: int, state: ScanState) -> Iter
     than a window).
     """
     unpack = HEADER.unpack_from
-    size_unpack = _SIZE.unpack_from
     wsize = window_size(source)
     pos = start
-    win = source.view(pos, min(wsize, end - pos)) if end > pos else memoryview(b"")
-    wstart = pos
-    wend = wstart + len(win)
+    window: Window = (memoryview(b""), pos, pos)
     try:
         while True:
-            if pos + HEADER_SIZE_UP_TO_MAGIC >= end:
+            found = locate_batch(source, pos, end, window, wsize, state)
+            if found is None:
                 break
-            if pos + HEADER_SIZE_UP_TO_MAGIC >= wend:
-                win = source.view(pos, min(wsize, end - pos))
-                wstart, wend = pos, pos + len(win)
-            rel = pos - wstart
-            length = size_unpack(win, rel + 8)[0]
-            if length < RECORD_OVERHEAD_V0:
-                state.reason = (
-                    f"Found record size {length} smaller than minimum record overhead "
-                    f"({RECORD_OVERHEAD_V0}) at position {pos} in file {source.name}."
-                )
-                break
-            size = length + LOG_OVERHEAD
-            if pos + size > end:
-                break
-            if pos + size > wend:
-                win = source.view(pos, max(min(wsize, end - pos), size))
-                wstart, wend = pos, pos + len(win)
-                rel = 0
-            magic = win[rel + 16]
-            if magic != 2:
-                state.reason = f"unsupported record batch magic {magic} at position {pos} in {source.name}"
-                break
-            if size < HEADER_SIZE:
-                state.reason = f"record batch at position {pos} in {source.name} is {size} bytes, smaller than its 61-byte header"
-                break
+            window, rel, size = found
+            win = window[0]
             h = unpack(win, rel)
             yield h, win, rel, crc32c(win[rel + 21 : rel + size]) == h[4]
             pos += size
