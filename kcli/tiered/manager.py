@@ -33,7 +33,7 @@ import uuid
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from kcli.broker.extension import BrokerExtension
 from kcli.records.batch import HEADER_SIZE, InvalidBatchError, read_header
@@ -235,16 +235,20 @@ class RemoteLogManager(BrokerExtension):
     async def copy_once(self) -> int:
         """One RLM copy round over every copying partition; returns segments copied."""
         copied = 0
+        for t, p, lg in self._local_logs(self.copy_enabled):
+            async with self._lock(t.topic_id, p):
+                copied += await self._copy_partition(t, p, lg)
+        return copied
+
+    def _local_logs(self, wanted: Callable[["TopicState"], bool]) -> Iterator[tuple["TopicState", int, "PartitionLog"]]:
+        """(topic, partition, local log) of every ``wanted`` topic's partitions that have a log here."""
         for t in list(self.broker.state.topics.values()):
-            if not self.copy_enabled(t):
+            if not wanted(t):
                 continue
             for p in sorted(t.partitions):
                 lg = self.broker.get_log(t.name, p)
-                if lg is None:
-                    continue
-                async with self._lock(t.topic_id, p):
-                    copied += await self._copy_partition(t, p, lg)
-        return copied
+                if lg is not None:
+                    yield t, p, lg
 
     async def _copy_partition(self, t: "TopicState", partition: int, lg: "PartitionLog") -> int:
         copied = 0
@@ -352,25 +356,19 @@ class RemoteLogManager(BrokerExtension):
 
     async def retention_once(self, now_ms: int | None = None) -> None:
         now = _now_ms() if now_ms is None else now_ms
-        for t in list(self.broker.state.topics.values()):
-            if not self.manages(t):
-                continue
-            for p in sorted(t.partitions):
-                lg = self.broker.get_log(t.name, p)
-                if lg is None:
-                    continue
-                async with self._lock(t.topic_id, p):
-                    current = self.broker.topic_by_id(t.topic_id)
-                    if current is None:
-                        break
-                    try:
-                        if self.copy_enabled(current):
-                            self._local_retention(current, p, lg, now)
-                        else:
-                            lg.delete_retention(now)
-                        await self._remote_retention(current, p, lg, now)
-                    except RemoteStorageException as err:
-                        log.warning("remote retention of %s-%d failed, will retry: %s", t.name, p, err)
+        for t, p, lg in self._local_logs(self.manages):
+            async with self._lock(t.topic_id, p):
+                current = self.broker.topic_by_id(t.topic_id)
+                if current is None:
+                    continue  # deleted meanwhile
+                try:
+                    if self.copy_enabled(current):
+                        self._local_retention(current, p, lg, now)
+                    else:
+                        lg.delete_retention(now)
+                    await self._remote_retention(current, p, lg, now)
+                except RemoteStorageException as err:
+                    log.warning("remote retention of %s-%d failed, will retry: %s", t.name, p, err)
 
     def _retention_limits(self, t: "TopicState", local: bool) -> tuple[int, int]:
         """(ms, bytes); local ones fall back to the totals when -2 (Kafka's rule)."""
