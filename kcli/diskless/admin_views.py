@@ -17,7 +17,7 @@ from kcli.protocol.errors import BrokerError
 
 if TYPE_CHECKING:
     from kcli.diskless.engine import DisklessEngine
-    from plugins.coordinator.base import BatchInfo, FileInfo
+    from plugins.coordinator.base import BatchInfo, FileInfo, LogInfo, TopicStorageInfo
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
@@ -60,6 +60,13 @@ async def describe(engine: "DisklessEngine", topics: list[str] | None) -> dict[s
     ids = [t.topic_id for t in chosen]
     logs = await engine._coord(coordinator.describe_logs, ids)
     storage = {s.topic_id: s for s in await engine._coord(coordinator.describe_topic_storage, ids)}
+    return {"topics": describe_topics([(t.name, t.topic_id) for t in chosen], logs, storage)}
+
+
+def describe_topics(chosen: list[tuple[str, uuid.UUID]], logs: list["LogInfo"],
+                    storage: dict[uuid.UUID, "TopicStorageInfo"]) -> list[dict[str, Any]]:
+    """The describe view from the coordinator's answers: online (above) and offline
+    (kcli/ops/diskless.py) print the same thing."""
     parts: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for li in logs:
         tip = li.topic_id_partition
@@ -68,11 +75,11 @@ async def describe(engine: "DisklessEngine", topics: list[str] | None) -> dict[s
             "high_watermark": li.high_watermark, "batch_count": li.batch_count, "byte_size": li.byte_size,
         })
     out = []
-    for t in chosen:
-        s = storage.get(t.topic_id)
+    for name, tid in chosen:
+        s = storage.get(tid)
         out.append({
-            "name": t.name, "topic_id": kafka_topic_id(t.topic_id),
-            "partitions": sorted(parts.get(t.topic_id, []), key=lambda p: p["partition"]),
+            "name": name, "topic_id": kafka_topic_id(tid),
+            "partitions": sorted(parts.get(tid, []), key=lambda p: p["partition"]),
             "storage": {
                 "live_bytes": s.live_bytes if s else 0,
                 "file_count": s.file_count if s else 0,
@@ -81,7 +88,7 @@ async def describe(engine: "DisklessEngine", topics: list[str] | None) -> dict[s
                 "dead_files_size": s.dead_files_size if s else 0,
             },
         })
-    return {"topics": out}
+    return out
 
 
 def _file_dict(f: "FileInfo") -> dict[str, Any]:

@@ -207,7 +207,7 @@ class OfflineDiskless:
     # describe / objects
 
     def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
-        from kcli.diskless.admin_views import kafka_topic_id
+        from kcli.diskless.admin_views import describe_topics
 
         with self._coordinator() as coordinator:
             ids = self._topic_ids(coordinator)
@@ -220,28 +220,7 @@ class OfflineDiskless:
             wanted = [tid for _, tid in chosen]
             logs = coordinator.describe_logs(wanted)
             storage = {s.topic_id: s for s in coordinator.describe_topic_storage(wanted)}
-        parts: dict[uuid.UUID, list[dict[str, Any]]] = {}
-        for li in logs:
-            tip = li.topic_id_partition
-            parts.setdefault(tip.topic_id, []).append({
-                "partition": tip.partition, "log_start_offset": li.log_start_offset,
-                "high_watermark": li.high_watermark, "batch_count": li.batch_count, "byte_size": li.byte_size,
-            })
-        out = []
-        for name, tid in chosen:
-            s = storage.get(tid)
-            out.append({
-                "name": name, "topic_id": kafka_topic_id(tid),
-                "partitions": sorted(parts.get(tid, []), key=lambda p: p["partition"]),
-                "storage": {
-                    "live_bytes": s.live_bytes if s else 0,
-                    "file_count": s.file_count if s else 0,
-                    "files_size": s.files_size if s else 0,
-                    "dead_file_count": s.dead_file_count if s else 0,
-                    "dead_files_size": s.dead_files_size if s else 0,
-                },
-            })
-        return add_totals({"topics": out})
+        return add_totals({"topics": describe_topics(chosen, logs, storage)})
 
     def objects(self, *, state: str | None = None, topic: str | None = None, object_key: str | None = None,
                 batches: bool = False) -> dict[str, Any]:
