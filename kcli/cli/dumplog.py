@@ -66,7 +66,7 @@ def dump_log(
     from kcli.dumplog.dump import default_jobs
     from kcli.dumplog.annotate import MetadataSourceError, open_metadata_source
     from kcli.dumplog.decoders import DECODERS
-    from kcli.dumplog.detect import Kind, UnsupportedWalVersion, detect
+    from kcli.dumplog.detect import detect_listed
     from kcli.dumplog.sources import SourceError, expand
 
     opts = options(ctx)
@@ -130,19 +130,14 @@ def dump_log(
                 failed = True
                 continue
             try:
-                detection = None
-                if not item.explicit:
-                    # Listed from a directory, prefix or glob: skip what is not ours, quietly.
-                    try:
-                        detection = detect(source)
-                    except UnsupportedWalVersion:
-                        detection = None  # dump_file reports it
-                    except SourceError as err:
-                        _stderr(f"kcli: error: {err}")
-                        failed = True
-                        continue
-                    if detection is not None and detection.kind is Kind.UNKNOWN:
-                        continue
+                try:
+                    detection, skip = detect_listed(source, item.explicit)
+                except SourceError as err:
+                    _stderr(f"kcli: error: {err}")
+                    failed = True
+                    continue
+                if skip:
+                    continue
                 result = dump_file(source, dump_opts, emit=emit, detection=detection)
             finally:
                 source.close()

@@ -88,3 +88,17 @@ def detect(source: Source) -> Detection:
     if looks_like_batch(head, 1):
         raise UnsupportedWalVersion(version, source.name)
     return Detection(Kind.UNKNOWN)
+
+
+def detect_listed(source: Source, explicit: bool) -> tuple[Detection | None, bool]:
+    """``(detection, skip)`` before dumping ``source``. A file named explicitly is left to
+    dump_file (which detects it and reports what it cannot dump), as is an unsupported WAL
+    version; a file listed from a directory, prefix or glob that is not a Kafka file is skipped
+    quietly. SourceError propagates."""
+    if explicit:
+        return None, False
+    try:
+        detection = detect(source)
+    except UnsupportedWalVersion:
+        return None, False
+    return detection, detection.kind is Kind.UNKNOWN

@@ -68,7 +68,7 @@ class DumpTask(ChunkTask):
 
     def run(self, resource: dict[str, Any], item: DumpItem) -> DumpOutcome:
         from kcli.dumplog import dump_file
-        from kcli.dumplog.detect import Kind, UnsupportedWalVersion, detect
+        from kcli.dumplog.detect import detect_listed
         from kcli.dumplog.sources import SourceError
 
         if resource["error"]:
@@ -78,16 +78,12 @@ class DumpTask(ChunkTask):
         except SourceError as err:
             return DumpOutcome(errors=[str(err)], invalid=True)
         try:
-            detection = None
-            if not item.explicit:
-                try:
-                    detection = detect(source)
-                except UnsupportedWalVersion:
-                    detection = None  # dump_file reports it
-                except SourceError as err:
-                    return DumpOutcome(errors=[str(err)], invalid=True)
-                if detection is not None and detection.kind is Kind.UNKNOWN:
-                    return DumpOutcome()
+            try:
+                detection, skip = detect_listed(source, item.explicit)
+            except SourceError as err:
+                return DumpOutcome(errors=[str(err)], invalid=True)
+            if skip:
+                return DumpOutcome()
             options = dataclasses.replace(self.options, batch_lookup=resource["lookup"], jobs=1)
             result = dump_file(source, options, emit=None, detection=detection)
         finally:
