@@ -16,7 +16,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import pytest
 
@@ -134,3 +135,18 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *ne
     assert len(lines) == 1 and lines[0].startswith("kcli: error: "), proc.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def assert_usage_errors(cases: list[tuple[list[str], str]],
+                        run: Callable[[list[str]], subprocess.CompletedProcess[str]]) -> None:
+    """Run every ``(args, needle)`` case (8 at a time) and report all that are not one-line
+    usage errors (exit 2) naming ``needle``, not just the first."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(run, [args for args, _ in cases]))
+    failures = []
+    for (args, needle), proc in zip(cases, results):
+        try:
+            assert_one_line_error(proc, 2, needle)
+        except AssertionError as err:
+            failures.append(f"{' '.join(args)}: {err}")
+    assert not failures, "\n".join(failures)

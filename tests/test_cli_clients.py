@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,6 +15,7 @@ from tests.fixtures_cli import (  # noqa: F401  (fixtures are used by name)
     REPO,
     Cluster,
     assert_one_line_error,
+    assert_usage_errors,
     bootstrap,
     cli_env,
     cluster,
@@ -195,15 +195,7 @@ def test_bad_input_exits_2(cli_env: dict[str, str]) -> None:
     def case(args: list[str]) -> subprocess.CompletedProcess[str]:
         return run_kcli(cli_env, "-b", "127.0.0.1:9", *args, input="x\n")
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(case, [args for args, _ in BAD_INPUT]))
-    failures = []
-    for (args, needle), proc in zip(BAD_INPUT, results):
-        try:
-            assert_one_line_error(proc, 2, needle)
-        except AssertionError as err:
-            failures.append(f"{' '.join(args)}: {err}")
-    assert not failures, "\n".join(failures)
+    assert_usage_errors(BAD_INPUT, case)
 
 
 def test_unreachable_cluster(cli_env: dict[str, str]) -> None:

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -15,6 +14,7 @@ import yaml
 from tests.fixtures_cli import (  # noqa: F401  (fixtures are used by name)
     Cluster,
     assert_one_line_error,
+    assert_usage_errors,
     bootstrap,
     cli_env,
     cluster,
@@ -194,15 +194,7 @@ def test_bad_input_exits_2(cli_env: dict[str, str]) -> None:
         base = [] if args[0] in ("-b", "--context") else ["-b", "127.0.0.1:9"]
         return run_kcli(cli_env, *base, *args)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(case, [args for args, _ in BAD_INPUT]))
-    failures = []
-    for (args, needle), proc in zip(BAD_INPUT, results):
-        try:
-            assert_one_line_error(proc, 2, needle)
-        except AssertionError as err:
-            failures.append(f"{' '.join(args)}: {err}")
-    assert not failures, "\n".join(failures)
+    assert_usage_errors(BAD_INPUT, case)
 
 
 def test_unreachable_cluster_fails_fast(cli_env: dict[str, str]) -> None:
