@@ -352,7 +352,7 @@ def test_delete_records_retention_topic_deletion_and_orphans_end_in_object_delet
 
 
 def test_partition_reduction_drops_the_partitions_batches_and_their_objects(broker_factory):
-    schemas = pytest.importorskip("kcli.protocol.kcli_schemas")
+    from kcli.protocol import kcli_schemas as schemas
     b = broker_factory({**FAST, "delete.topic.partition.enable": "true"})
     create_topic(b.bootstrap, "shrink", 3, DISKLESS)
     produce(b.bootstrap, "shrink", [b"keep-%d" % i for i in range(10)], partition=0)
