@@ -26,6 +26,7 @@ from kcli.ops import topics as topic_ops
 from kcli.ops.connection import Connection
 from kcli.protocol.client import WireClient
 from kcli.protocol.kcli_schemas import DELETE_PARTITIONS_KEY
+from tests.diskless_helpers import wait_until as poll_until
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401
 from tests.kafka_helpers import consume_all, create_topic, produce
 
@@ -35,14 +36,7 @@ ENABLED = {"delete.topic.partition.enable": "true", "delete.topic.partition.inte
 
 # ---- helpers ------------------------------------------------------------------------------------
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    return poll_until(check, timeout, what=what)
 
 
 def fill(bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str = "old") -> None:

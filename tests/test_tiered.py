@@ -33,6 +33,7 @@ from plugins.rsm.base import (
     RemoteStorageException,
 )
 from plugins.rsm.object_store import ObjectStoreRemoteStorageManager, kafka_uuid
+from tests.diskless_helpers import wait_until as poll_until
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401
 from tests.fixtures_s3 import _moto_admin, moto_server, s3_bucket, s3_env  # noqa: F401
 from tests.kafka_helpers import admin, create_topic
@@ -72,14 +73,7 @@ def fill(bootstrap: str, topic: str, start: int, count: int) -> None:
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    return poll_until(check, timeout, what=what)
 
 
 def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
