@@ -22,6 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kcli.dumplog import BytesSource, DumpOptions, LocalSource, batchlines, dump_file, readers
+from kcli.dumplog import format as dumpformat
+from crc32c import crc32c
+
 from kcli.dumplog.decoders import text_decoder
 from kcli.dumplog.detect import Kind, detect
 from kcli.dumplog.format import HEADER, RecordFormatter, batch_text
@@ -566,7 +569,7 @@ def test_parallel_deep_iteration_matches_serial(tmp_path: Path, as_json: bool) -
 _record = st.tuples(
     st.one_of(st.none(), st.binary(max_size=12), st.just(b"k" * 17_000)),
     st.one_of(st.none(), st.binary(max_size=120)),
-    st.lists(st.tuples(st.sampled_from(["a", "trace", "h2"]), st.one_of(st.none(), st.binary(max_size=3))),
+    st.lists(st.tuples(st.sampled_from(["a", "trace", "h2", "", "clé-ключ"]), st.one_of(st.none(), st.binary(max_size=3))),
              max_size=2),
 )
 # Batches whose records share a key size and/or a value size (keyless, fixed-size payloads): the
@@ -585,7 +588,7 @@ _uniform_records = st.builds(
 )
 _batch = st.fixed_dictionaries({
     "records": st.one_of(st.lists(_record, min_size=1, max_size=25), _uniform_records),
-    "base": st.sampled_from([0, 7, 9_990, 99_999_995, 2**40 + 9_998]),
+    "base": st.sampled_from([0, 7, 9_990, 99_999_995, 2**40 + 9_998, 2**63 - 100]),
     "ts0": st.sampled_from([-1, 0, 9_999, 1_700_000_000_000, 1_700_000_009_995]),
     "ts_step": st.sampled_from([0, 1, 7, 10_000]),
     "codec": st.sampled_from(CODECS),
@@ -624,9 +627,19 @@ def _patched(module: object, **values: object):  # noqa: ANN202
             setattr(module, k, v)
 
 
+_RECORD_PATHS = pytest.mark.parametrize("compiled", [dumpformat.compiled_record_lines, None], ids=["compiled", "columns"])
+
+
+@_RECORD_PATHS
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_batch, min_size=1, max_size=4), st.booleans())
-def test_record_lines_by_column_match_per_record_reference(batches: list[dict], wal: bool) -> None:
+def test_record_lines_by_column_match_per_record_reference(compiled: object, batches: list[dict], wal: bool) -> None:
+    """Both fast paths (compiled walker, and the column path it falls back to) against the reference."""
+    with _patched(dumpformat, compiled_record_lines=compiled):
+        _compare_record_lines(batches, wal)
+
+
+def _compare_record_lines(batches: list[dict], wal: bool) -> None:
     fast = RecordFormatter(False, False, text_decoder("string"), text_decoder("string"), track_offsets=not wal)
     ref = RecordFormatter(False, False, text_decoder("string"), text_decoder("string"), track_offsets=not wal)
     for b in batches:
@@ -674,10 +687,13 @@ def _walk(src: LocalSource, state: ScanState):  # noqa: ANN202
         pos += h[1] + 12
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_batch, min_size=1, max_size=6), st.sampled_from(["", "crc", "tail", "magic", "short", "tiny"]),
-       st.sampled_from([4096, 1 << 20]), st.sampled_from([1, 300, 1 << 21]), st.sampled_from([2, 1 << 16]))
-def test_batch_lines_match_reference(batches: list[dict], damage: str, window: int, chunk: int, cache: int) -> None:
+       st.sampled_from([4096, 1 << 20]), st.sampled_from([1, 300, 1 << 21]), st.sampled_from([2, 1 << 16]),
+       st.sampled_from([batchlines.compiled_batch_lines, None]))
+def test_batch_lines_match_reference(batches: list[dict], damage: str, window: int, chunk: int, cache: int,
+                                     compiled: object) -> None:
+    """Both fast loops (compiled, and the pure-Python one it falls back to) against the reference."""
     data = bytearray(b"".join(_make_batch(b) for b in batches))
     first = len(_make_batch(batches[0]))
     if damage == "crc":
@@ -695,7 +711,8 @@ def test_batch_lines_match_reference(batches: list[dict], damage: str, window: i
         path = os.path.join(tmp, "00000000000000000000.log")
         Path(path).write_bytes(bytes(data))
         want, state = _reference_batch_lines(path)
-        with _patched(readers, WINDOW=window), _patched(batchlines, CHUNK_BYTES=chunk, CACHE_LIMIT=cache):
+        with _patched(readers, WINDOW=window), _patched(batchlines, CHUNK_BYTES=chunk, CACHE_LIMIT=cache,
+                                                         compiled_batch_lines=compiled):
             emitted: list[str] = []
             res = dump(path)
             src = LocalSource(path)
@@ -745,3 +762,100 @@ def test_batch_lines_follow_each_field_of_the_producer_group(tmp_path: Path) -> 
     want, _ = _reference_batch_lines(str(seg))
     assert "".join(line + "\n" for line in res.lines[2:]) == want
     assert "partitionLeaderEpoch: 3 " in res.lines[3] and "partitionLeaderEpoch: 0 " in res.lines[4]
+
+
+def test_compiled_batch_scanner_is_built() -> None:
+    """``pip install`` compiles kcli/dumplog/_fastlines.pyx; without it dump-log still works but
+    batch-level dumps run at under half their speed, so a silent build failure must show here."""
+    assert batchlines.compiled_batch_lines is not None, "kcli.dumplog._fastlines was not built by pip install"
+
+
+_EXTREMES = [  # (baseOffset, partitionLeaderEpoch, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
+               #  producerId, producerEpoch, baseSequence, recordsCount): what a damaged disk can hold
+    (2**63 - 1, 2**31 - 1, 0x7F, 2**31 - 1, 2**63 - 1, 2**63 - 1, 2**63 - 1, 2**15 - 1, 2**31 - 1, 2**31 - 1),
+    (-(2**63), -(2**31), -1, -(2**31), -(2**63), -(2**63), -(2**63), -(2**15), -(2**31), -(2**31)),
+    (2**63 - 2**31, 5, 0x47, 2**31 - 1, -1, -5, 0, 0, 2**31 - 10, 0),
+    (0x7FFFFFFF00000000, -1, 0x06, 7, 0, 0, -1, -1, -2, 3),
+    (12, 0, 0x5D, -3, 10, 20, 99, 3, 2**31 - 1, 1),
+    (-0x7FFFFFFF00000000, 1, 0x18, 0, -(2**63), -(2**63), -(2**63), -(2**15), -(2**31), -(2**31)),
+]
+_COMPILED_TAKES = 3  # the last rows: the compiled loop prints them itself (the others need Python's ints)
+
+
+@pytest.mark.parametrize("compiled", [batchlines.compiled_batch_lines, None], ids=["compiled", "python"])
+def test_batch_lines_extreme_header_values(tmp_path: Path, compiled: object) -> None:
+    """Every header field at or near its limits: the compiled loop must print what Python's
+    unbounded ints print (or hand the batch back), never wrap around."""
+    template = bytearray(build_batch(simple_records(1)))
+    batches = []
+    for base, ple, attrs, lod, base_ts, max_ts, pid, epoch, bseq, count in _EXTREMES:
+        b = bytearray(template)
+        struct.pack_into(">qiib", b, 0, base, len(b) - 12, ple, 2)
+        struct.pack_into(">hiqqqhii", b, 21, attrs, lod, base_ts, max_ts, pid, epoch, bseq, count)
+        if len(batches) % 2 == 0:  # every other batch keeps a valid CRC
+            struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+        batches.append(bytes(b))
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"".join(batches))
+    want, _ = _reference_batch_lines(str(seg))
+    with _patched(batchlines, compiled_batch_lines=compiled):
+        res = dump(seg)
+    assert "".join(line + "\n" for line in res.lines[2:]) == want
+    assert want.count("isvalid: true") == 3 and "compresscodec: unknown(7)" in want
+    if compiled is not None:  # the rows meant for the compiled loop are not all handed back
+        tail = b"".join(batches[-_COMPILED_TAKES:])
+        rel, n, _bad, text = compiled(memoryview(tail), 0, len(tail) - 61, len(tail), 0, crc32c)
+        assert (rel, n, text.count("\n")) == (len(tail), _COMPILED_TAKES, _COMPILED_TAKES)
+        assert "producerId: -9223372036854775808 " in text
+    assert f"lastOffset: {2**63 - 1 + 2**31 - 1} " in want  # past 64 bits, as Python (and no C) prints it
+
+
+def _lines_or_error(method, raw: bytes, h: tuple) -> tuple:  # noqa: ANN001
+    out: list[str] = []
+    try:
+        return "ok", method(raw, h, out), "".join(out)
+    except Exception as err:  # noqa: BLE001 - whatever aiokafka raises, both paths must raise it
+        return "error", type(err).__name__, str(err)
+
+
+@_RECORD_PATHS
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_batch, st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=3))
+def test_record_lines_on_damaged_records_match_reference(compiled: object, b: dict,
+                                                          flips: list[tuple[int, int]]) -> None:
+    """Bytes changed anywhere after the header (lengths, varints, counts, UTF-8 of header keys,
+    compressed data): the fast paths print what the reference prints or raise what it raises."""
+    raw = bytearray(_make_batch(b))
+    for at, value in flips:
+        raw[61 + at % (len(raw) - 61)] = value
+    h = HEADER.unpack_from(raw)
+    fast = RecordFormatter(False, False, str, str, track_offsets=True)
+    ref = RecordFormatter(False, False, str, str, track_offsets=True)
+    with _patched(dumpformat, compiled_record_lines=compiled):
+        assert _lines_or_error(fast.text, bytes(raw), h) == _lines_or_error(ref.text_reference, bytes(raw), h)
+    assert (fast.first_offset, fast.last_offset, fast.non_consecutive) == (
+        ref.first_offset, ref.last_offset, ref.non_consecutive)
+
+
+def test_compiled_record_walker_takes_plain_batches() -> None:
+    """The walker reads plain batches itself (so the comparisons above test it) and hands back a
+    header key that is not UTF-8, which aiokafka reports."""
+    walker = dumpformat.compiled_record_lines
+    assert walker is not None, "kcli.dumplog._fastlines was not built by pip install"
+    recs = [(b"k", b"v" * i, [("trace", b"1"), ("clé", None)]) for i in range(5)]
+    for codec in CODECS:
+        raw = build_batch(recs, 41, compression=codec, producer_id=3, producer_epoch=0, base_sequence=2**31 - 2)
+        h = HEADER.unpack_from(raw)
+        got = RecordFormatter._compiled_lines(raw, h)
+        assert got is not None, codec
+        want: list[str] = []
+        RecordFormatter(False, False, str, str, True).text_reference(raw, h, want)
+        assert got == ("".join(want), 41, 45, None)
+    assert "sequence: 0 headerKeys: [trace,clé]" in got[0]  # wrapped at Integer.MAX_VALUE
+    bad = bytearray(build_batch([(b"k", b"v", [("ab", b"1")])]))
+    at = bytes(bad).index(b"ab")
+    bad[at] = 0xFF  # not UTF-8
+    h = HEADER.unpack_from(bad)
+    assert RecordFormatter._compiled_lines(bytes(bad), h) is None
+    assert _lines_or_error(RecordFormatter(False, False, str, str, True).text, bytes(bad), h)[:2] == (
+        "error", "UnicodeDecodeError")

@@ -10,6 +10,10 @@ come from a small cache. Anything unusual (a header that is not a batch, a batch
 past the mapped window or the scan end) drops to a slow step that follows
 :func:`kcli.dumplog.readers.iter_batches` exactly, so stop reasons and positions are identical.
 
+Where kcli was installed with its compiled module (kcli/dumplog/_fastlines.pyx, built by
+``pip install``), that module runs the fast loop and this one only takes the batches it hands
+back (numbers near the 64-bit limits); without it, this loop does all of them.
+
 The output is byte-for-byte :func:`kcli.dumplog.format.batch_text`; tests compare the two.
 """
 
@@ -21,6 +25,11 @@ from crc32c import crc32c
 
 from kcli.dumplog.format import HEADER, HEADER_SIZE, INT_MAX, codec_name, delete_horizon
 from kcli.dumplog.readers import LOG_OVERHEAD, ScanState, locate_batch, window_size
+
+try:
+    from kcli.dumplog._fastlines import batch_lines as compiled_batch_lines
+except ImportError:  # not built (no compiler at install time, or a Spark executor without it)
+    compiled_batch_lines = None
 
 CHUNK_BYTES = 2 << 20  # bytes of log between two hand-overs of text to the output
 CACHE_LIMIT = 1 << 16  # entries per cache; a damaged or odd file must not grow them without bound
@@ -62,6 +71,7 @@ def scan_batch_lines(
     """
     unpack = HEADER.unpack_from
     append = out.append
+    compiled = compiled_batch_lines
     wsize = window_size(source)
     groups: dict[tuple[int, int, int, int], tuple[str, str, str]] = {}
     g = ("", "", "")  # the last batch's group, and the fields it was made for (none yet)
@@ -83,6 +93,14 @@ def scan_batch_lines(
             wlen = wend - wstart
             lim = min(wlen - HEADER_SIZE, rel + CHUNK_BYTES)  # the batch at rel always fits
             while rel <= lim:
+                if compiled is not None:
+                    rel, n, bad, text = compiled(win, rel, lim, wlen, wstart, crc32c)
+                    append(text)
+                    batches += n
+                    if first_bad < 0:
+                        first_bad = bad
+                    if rel > lim:
+                        break
                 base, length, ple, magic, crc, attrs, lod, base_ts, max_ts, pid, epoch, bseq, count = unpack(win, rel)
                 size = length + 12
                 if length < _MIN_LENGTH or magic != 2 or rel + size > wlen:

@@ -16,9 +16,15 @@ from itertools import chain, repeat
 from operator import attrgetter, sub
 from typing import Any, Callable, Iterable
 
+from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.record._crecords import DefaultRecordBatch
 
 from kcli.dumplog.decoders import DecodeError
+
+try:
+    from kcli.dumplog._fastlines import record_lines as compiled_record_lines
+except ImportError:  # not built (no compiler at install time, or a Spark executor without it)
+    compiled_record_lines = None
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
@@ -38,6 +44,13 @@ CONTROL_TYPES = {
 }
 _I16_I16 = struct.Struct(">hh")
 _I16_I32 = struct.Struct(">hi")
+# What aiokafka's DefaultRecordBatch decompresses with, by codec id, called as it calls them.
+_DECOMPRESS: dict[int, Callable[[memoryview], bytes]] = {
+    1: gzip_decode,
+    2: lambda data: snappy_decode(data.tobytes()),
+    3: lambda data: lz4_decode(data.tobytes()),
+    4: zstd_decode,
+}
 
 
 def codec_name(attributes: int) -> str:
@@ -346,6 +359,15 @@ class RecordFormatter:
 
     def text(self, buf: memoryview | bytes, h: tuple, out: list[str]) -> int:
         """Append the batch's record lines (each ending in newline); returns the record count."""
+        if compiled_record_lines is not None and not self.skip_metadata and not self.print_data \
+                and not h[5] & 0x20:
+            got = self._compiled_lines(buf, h)
+            if got is not None:
+                text, first, last, gaps = got
+                if self.track_offsets:
+                    self._track_span(first, last, gaps)
+                out.append(text)
+                return h[12]
         records = list(DefaultRecordBatch(buf))
         offsets = list(map(_OFFSET, records))
         consecutive = self._track(offsets) if self.track_offsets else _consecutive(offsets)
@@ -356,6 +378,34 @@ class RecordFormatter:
                 return len(records)
         self._text_records(records, h, out)
         return len(records)
+
+    @staticmethod
+    def _compiled_lines(buf: memoryview | bytes, h: tuple) -> tuple[str, int, int, list | None] | None:
+        """The metadata lines by the compiled walker, or None where aiokafka's reader decides
+        (anything it would refuse or read differently; a codec that fails to decompress)."""
+        attrs = h[5]
+        codec = attrs & 7
+        if codec == 0:
+            data, pos = buf, HEADER_SIZE
+        elif codec < 5:
+            try:
+                data, pos = _DECOMPRESS[codec](memoryview(buf)[HEADER_SIZE:]), 0
+            except Exception:  # noqa: BLE001 - the reference path reports it as aiokafka does
+                return None
+        else:
+            return None
+        return compiled_record_lines(data, pos, h[0], h[7], h[8], attrs, h[11], h[12])
+
+    def _track_span(self, first: int, last: int, gaps: list[tuple[int, int]] | None) -> None:
+        """:meth:`_track` for a batch the compiled walker read: its first and last offsets and
+        the non-consecutive pairs inside it."""
+        if self.first_offset == -1:
+            self.first_offset = first
+        if self.last_offset != -1 and first != self.last_offset + 1:
+            self.non_consecutive.append((self.last_offset, first))
+        if gaps:
+            self.non_consecutive.extend(gaps)
+        self.last_offset = last
 
     def text_reference(self, buf: memoryview | bytes, h: tuple, out: list[str]) -> int:
         """:meth:`text` without the column fast path: one record at a time (tests compare the two)."""
