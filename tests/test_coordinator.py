@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from plugins.coordinator.base import (
     TimestampType,
     TopicIdPartition,
 )
-from plugins.coordinator.sqlite import SqliteBatchCoordinator
+from plugins.coordinator.sqlite import _ENTRY, SqliteBatchCoordinator, _Checkpointer, _Producer
 from plugins.loader import PluginError, load_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,6 +281,74 @@ def test_idempotence_survives_deleting_the_data(coord: SqliteBatchCoordinator, d
     assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER
     assert commit(reopened, [req(a0, 0, pid=7, epoch=0, seq=20)])[0][0].assigned_base_offset == 20
     reopened.close()
+
+
+def seq_req(tip: TopicIdPartition, i: int, base_seq: int, last_seq: int, epoch: int = 0) -> CommitBatchRequest:
+    """An idempotent batch of 10 records with any sequence numbers, even inconsistent ones."""
+    return CommitBatchRequest(i, tip, 1 + 100 * i, 100, 0, 9, T0, 0, 7, epoch, base_seq, last_seq)
+
+
+@pytest.mark.parametrize("batches, expected", [
+    # A batch whose last sequence is below its base, then its retry: a duplicate, though it also
+    # starts right after the last cached batch (no shortcut may skip the scan).
+    ([(10, 9), (10, 9), (10, 12)], [(0, False, 0), (0, True, 0), (0, False, 10)]),
+    ([(5, 9), (10, 4), (5, 9), (6, 9)],
+     [(0, False, 0), (0, False, 10), (0, True, 0), (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1)]),
+    # Sequences wrap at Int32.MAX; retries on both sides of the wrap are recognised.
+    ([(0x7FFFFFFF - 9, 0x7FFFFFFF), (0, 9), (0, 9), (0x7FFFFFFF - 9, 0x7FFFFFFF), (10, 19)],
+     [(0, False, 0), (0, False, 10), (0, True, 10), (0, True, 0), (0, False, 20)]),
+    # No sequence (-1) accepts anything after it; its retry is a duplicate.
+    ([(-1, -1), (-1, -1), (7, 16), (17, 26), (7, 16), (30, 39)],
+     [(0, False, 0), (0, True, 0), (0, False, 10), (0, False, 20), (0, True, 10),
+      (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1)]),
+])
+@pytest.mark.parametrize("per_commit", [1, 10])
+def test_idempotence_with_unusual_sequences(coord: SqliteBatchCoordinator, batches: list, expected: list,
+                                            per_commit: int) -> None:
+    """Kafka's checks, exactly, whatever the sequences, one batch per commit or all in one."""
+    (a0,) = topic(coord, partitions=1)
+    requests = [seq_req(a0, i, b, l) for i, (b, l) in enumerate(batches)]
+    responses = []
+    for start in range(0, len(requests), per_commit):
+        responses += commit(coord, requests[start:start + per_commit])[0]
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == expected
+
+
+@pytest.mark.parametrize("base_seq, last_seq, epoch", [(20, 1 << 31, 0), (20, 1 << 64, 0), (-(1 << 31) - 1, 5, 0),
+                                                       (20, 29, 1 << 15)])
+def test_sequence_outside_int32_fails_the_commit_and_changes_nothing(db_path: Path, base_seq: int, last_seq: int,
+                                                                    epoch: int) -> None:
+    """Kafka's sequences are int32 and epochs int16: anything else is a broken request, refused
+    whole (as other malformed batches are) before it reaches the producer state or SQLite."""
+    c = SqliteBatchCoordinator(db_path)
+    (a0,) = topic(c, partitions=1)
+    commit(c, [seq_req(a0, 0, 0, 9)])
+    with pytest.raises(CoordinatorException, match="batch 1: producer epoch .* outside Kafka's int16 / int32"):
+        commit(c, [seq_req(a0, 0, 10, 19), seq_req(a0, 1, base_seq, last_seq, epoch)])
+    c.close()  # writes the producer snapshot: only what was kept
+    c = SqliteBatchCoordinator(db_path)
+    try:
+        responses, _ = commit(c, [seq_req(a0, 0, 10, 19), seq_req(a0, 1, 10, 19), seq_req(a0, 2, 0, 9)])
+        assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
+            (0, False, 10), (0, True, 10), (0, True, 0)]
+    finally:
+        c.close()
+
+
+def test_producer_keeps_the_last_five_batches_in_order() -> None:
+    entries = [(10 * i, 10 * i + 9, 100 * i, 100 * i + 9, T0 + i) for i in range(8)]
+    for n in range(len(entries) + 1):
+        producer = _Producer(3, entries[:n])
+        assert producer.batches == entries[max(0, n - 5):n]
+        assert producer.encode() == b"".join(_ENTRY.pack(*e) for e in entries[max(0, n - 5):n])
+        assert _Producer.decode(3, producer.encode()).batches == producer.batches
+        assert producer.next_sequence == (10 * n if n else None)
+    # A broken chain disables the shortcut until the batch before the break has left the ring.
+    producer = _Producer(0, [(0, 9, 0, 9, T0), (20, 29, 10, 19, T0)])
+    for i in range(4):
+        assert producer.next_sequence is None
+        producer.append(30 + 10 * i, 39 + 10 * i, 20 + 10 * i, 29 + 10 * i, T0)
+    assert producer.batches[0][:2] == (20, 29) and producer.next_sequence == 70
 
 
 # -- find_batches ----------------------------------------------------------------------------
@@ -576,6 +645,44 @@ os._exit(0)
     assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
         (0, True, 0), (0, True, 40), (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1), (0, False, 50)]
     c.close()
+
+
+def test_checkpointer_restarts_the_wal_under_back_to_back_commits(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """SQLite restarts the WAL only when a commit begins with all of it checkpointed, which never
+    happens by itself while commits follow each other: the checkpointer makes it happen, so the
+    WAL file stops growing."""
+    monkeypatch.setattr(_Checkpointer, "RESTART_FRAMES", 64)
+    monkeypatch.setattr(_Checkpointer, "MIN_INTERVAL_S", 0.001)
+    c = SqliteBatchCoordinator(tmp_path / "c.db")
+    c._conn().execute("PRAGMA wal_autocheckpoint=0")  # no fallback: only the checkpointer bounds the WAL
+    tips = topic(c, partitions=20)
+    wal_sizes = []
+    for _ in range(150):  # each commit dirties >= 20 pages (one per log), >= 12 MiB in all
+        commit(c, [req(tips[i % 20], i, size=100) for i in range(200)])
+        wal_sizes.append((tmp_path / "c.db-wal").stat().st_size)
+    assert max(wal_sizes) < 4 << 20, wal_sizes[::10]
+    assert [log.high_watermark for log in c.describe_logs()] == [15_000] * 20
+    c.close()
+    c = SqliteBatchCoordinator(tmp_path / "c.db")
+    assert [(log.high_watermark, log.batch_count) for log in c.describe_logs()] == [(15_000, 1500)] * 20
+    c.close()
+
+
+def test_close_while_the_checkpointer_waits_for_the_lock(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(_Checkpointer, "RESTART_FRAMES", 1)
+    c = SqliteBatchCoordinator(tmp_path / "c.db")
+    (a0,) = topic(c, partitions=1)
+    closed = threading.Event()
+
+    def run() -> None:
+        with c._lock:  # as configure() does: close() with the lock held
+            commit(c, [req(a0)])  # wakes the checkpointer, which then wants the lock
+            time.sleep(0.2)
+            c.close()
+        closed.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert closed.wait(10), "close() deadlocked with the checkpointer"
 
 
 def test_database_settings(coord: SqliteBatchCoordinator, db_path: Path) -> None:
