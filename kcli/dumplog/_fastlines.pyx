@@ -20,7 +20,7 @@ from cpython.buffer cimport PyBUF_READ
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.unicode cimport PyUnicode_DecodeLatin1, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 cdef enum:
@@ -88,6 +88,25 @@ cdef inline char *put_bool(char *out, bint value) noexcept nogil:
     return put(out, b"true" if value else b"false")
 
 
+cdef struct Text:
+    char *buf  # malloc'ed (NULL until the first reserve); the caller frees it
+    Py_ssize_t cap
+    Py_ssize_t used
+
+
+cdef char *reserve(Text *text, Py_ssize_t need) except NULL:
+    """Where to write the next ``need`` bytes of ``text``, growing its buffer when it is short."""
+    cdef char *grown
+    cdef Py_ssize_t cap
+    if text.cap - text.used < need:
+        cap = 2 * text.cap + need
+        grown = <char *>realloc(text.buf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        text.buf, text.cap = grown, cap
+    return text.buf + text.used
+
+
 def batch_lines(const unsigned char[::1] win, Py_ssize_t rel, Py_ssize_t lim, Py_ssize_t wlen,
                 long long wstart, crc32c):
     """Batch lines for the plain v2 batches from ``rel`` on, while ``rel <= lim``.
@@ -97,10 +116,9 @@ def batch_lines(const unsigned char[::1] win, Py_ssize_t rel, Py_ssize_t lim, Py
     """
     cdef const unsigned char *base_ptr
     cdef const unsigned char *p
-    cdef char *buf
+    cdef Text text = Text(NULL, 0, 0)
     cdef char *out
-    cdef char *grown
-    cdef Py_ssize_t cap, used, size
+    cdef Py_ssize_t size
     cdef int64_t base, base_ts, max_ts, pid, lseq
     cdef int32_t length, ple, lod, bseq, count
     cdef int16_t attrs, epoch
@@ -113,11 +131,6 @@ def batch_lines(const unsigned char[::1] win, Py_ssize_t rel, Py_ssize_t lim, Py
     if wlen <= 0 or rel > lim:
         return rel, 0, -1, ""
     base_ptr = &win[0]
-    cap = 64 * LINE_MAX
-    buf = <char *>malloc(cap)
-    if buf == NULL:
-        raise MemoryError()
-    used = 0
     try:
         while rel <= lim:
             p = base_ptr + rel
@@ -140,16 +153,10 @@ def batch_lines(const unsigned char[::1] win, Py_ssize_t rel, Py_ssize_t lim, Py
             # base + lastOffsetDelta must not leave 64 bits: Python's loop prints what it sums
             if base > 0x7FFFFFFF00000000 or base < -0x7FFFFFFF00000000:
                 break
-            if cap - used < LINE_MAX:
-                cap *= 2
-                grown = <char *>realloc(buf, cap)
-                if grown == NULL:
-                    raise MemoryError()
-                buf = grown
+            out = reserve(&text, LINE_MAX)
             valid = <uint32_t>crc32c(PyMemoryView_FromMemory(<char *>(p + 21), size - 21, PyBUF_READ)) == crc
             if not valid and first_bad < 0:
                 first_bad = wstart + rel
-            out = buf + used
             out = put_int(put(out, b"baseOffset: "), base)
             out = put_int(put(out, b" lastOffset: "), base + lod)
             out = put_int(put(out, b" count: "), count)
@@ -182,12 +189,12 @@ def batch_lines(const unsigned char[::1] win, Py_ssize_t rel, Py_ssize_t lim, Py
                 out = put(put_int(put(out, b" compresscodec: unknown("), codec), b")")
             out = put_uint(put(out, b" crc: "), crc)
             out = put(out, b" isvalid: true\n" if valid else b" isvalid: false\n")
-            used = out - buf
+            text.used = out - text.buf
             batches += 1
             rel += size
-        return rel, batches, first_bad, PyUnicode_DecodeLatin1(buf, used, NULL)
+        return rel, batches, first_bad, PyUnicode_DecodeLatin1(text.buf, text.used, NULL)
     finally:
-        free(buf)
+        free(text.buf)
 
 
 cdef inline bint read_varint(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
@@ -211,6 +218,19 @@ cdef inline bint read_varint(const unsigned char *data, Py_ssize_t *pos, Py_ssiz
     return True
 
 
+cdef inline bint skip_nullable_bytes(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
+                                    int64_t *length) noexcept nogil:
+    """Kafka's NULLABLE_BYTES in a record: a varint length (negative: null) and that many bytes,
+    all inside [pos, end); False if they are not."""
+    if not read_varint(data, pos, end, length):
+        return False
+    if length[0] >= 0:
+        if length[0] > end - pos[0]:
+            return False
+        pos[0] += length[0]
+    return True
+
+
 def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, long long first_ts,
                  long long max_ts, int attrs, long long bseq, long long count):
     """``| offset: ...`` metadata lines of the ``count`` records in ``data[pos:]`` (uncompressed).
@@ -221,25 +241,19 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
     """
     cdef const unsigned char *p
     cdef Py_ssize_t end = data.shape[0]
-    cdef Py_ssize_t rec_end, cap, used
+    cdef Py_ssize_t rec_end
     cdef int64_t length, rattrs, ts_delta, delta, key_len, value_len, headers, hkey_len, hvalue_len
     cdef int64_t offset, prev = 0, first = 0, timestamp, seq
     cdef long long i
     cdef bint log_append = attrs & 0x08
-    cdef char *buf
+    cdef Text text = Text(NULL, 0, 0)
     cdef char *out
-    cdef char *grown
     gaps = None
     if count <= 0 or pos > end or base > 0x7FFFFFFF00000000 or base < -0x7FFFFFFF00000000:
         return None
     p = &data[0] if end > 0 else NULL
     if p == NULL:
         return None
-    cap = 64 * RECORD_LINE
-    buf = <char *>malloc(cap)
-    if buf == NULL:
-        raise MemoryError()
-    used = 0
     try:
         for i in range(count):
             if not read_varint(p, &pos, end, &length) or length < 0 or length > end - pos:
@@ -262,26 +276,13 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
                 return None
             else:
                 timestamp = first_ts + ts_delta
-            if not read_varint(p, &pos, rec_end, &key_len):
+            if not skip_nullable_bytes(p, &pos, rec_end, &key_len) or \
+                    not skip_nullable_bytes(p, &pos, rec_end, &value_len):
                 return None
-            if key_len >= 0:
-                if key_len > rec_end - pos:
-                    return None
-                pos += key_len
-            if not read_varint(p, &pos, rec_end, &value_len):
-                return None
-            if value_len >= 0:
-                if value_len > rec_end - pos:
-                    return None
-                pos += value_len
             if not read_varint(p, &pos, rec_end, &headers) or headers < 0:
                 return None
-            if cap - used < RECORD_LINE + length:
-                cap = 2 * cap + RECORD_LINE + length
-                grown = <char *>realloc(buf, cap)
-                if grown == NULL:
-                    raise MemoryError()
-                buf = grown
+            # header keys and their commas take at most the record's own length
+            out = reserve(&text, RECORD_LINE + length)
             offset = base + delta
             if i == 0:
                 first = offset
@@ -290,7 +291,7 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
                     gaps = []
                 gaps.append((prev, offset))
             prev = offset
-            out = put_int(put(buf + used, b"| offset: "), offset)
+            out = put_int(put(out, b"| offset: "), offset)
             out = put(out, b" LogAppendTime: " if log_append else b" CreateTime: ")
             out = put_int(out, timestamp)
             out = put_int(put(out, b" keySize: "), key_len if key_len >= 0 else -1)
@@ -309,12 +310,8 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
                 memcpy(out, p + pos, hkey_len)
                 out += hkey_len
                 pos += hkey_len
-                if not read_varint(p, &pos, rec_end, &hvalue_len):
+                if not skip_nullable_bytes(p, &pos, rec_end, &hvalue_len):
                     return None
-                if hvalue_len >= 0:
-                    if hvalue_len > rec_end - pos:
-                        return None
-                    pos += hvalue_len
                 headers -= 1
                 if headers:
                     out[0] = 44  # ','
@@ -322,13 +319,13 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
             out = put(out, b"]\n")
             if pos != rec_end:
                 return None
-            used = out - buf
+            text.used = out - text.buf
         if pos != end:
             return None
         try:  # header keys are UTF-8 strings: a key that is not stays aiokafka's error to report
-            text = PyUnicode_DecodeUTF8(buf, used, NULL)
+            lines = PyUnicode_DecodeUTF8(text.buf, text.used, NULL)
         except UnicodeDecodeError:
             return None
-        return text, first, prev, gaps
+        return lines, first, prev, gaps
     finally:
-        free(buf)
+        free(text.buf)
