@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import stat
 import struct
 import subprocess
@@ -367,6 +368,40 @@ def test_kafka_python_good_and_bad_password(sasl_broker, caplog):
     with pytest.raises(Exception):
         KafkaAdminClient(**dict(conf, sasl_plain_password="wrong"), bootstrap_timeout_ms=3000)
     assert "SaslAuthenticationFailedError" in caplog.text and "Invalid username or password" in caplog.text
+
+
+def _frame(api_key: int, version: int, body: bytes) -> bytes:
+    header = struct.pack(">hhih", api_key, version, 1, 3) + b"raw" + (b"\x00" if version >= 2 else b"")
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+        chunk = sock.recv(4096)
+        assert chunk, f"connection closed after {len(data)} bytes"
+        data += chunk
+    return data[4:]
+
+
+def test_refused_client_reads_the_error_before_the_broker_closes(sasl_broker):
+    """After a failed SaslAuthenticate the broker lets the client close first (for up to
+    REFUSED_LINGER_S): kafka-python 3.0 drops a response that arrives together with the FIN and
+    reports a bare disconnect, hiding "Invalid username or password" from the operator."""
+    host, port = sasl_broker.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(_frame(17, 1, struct.pack(">h", 5) + b"PLAIN"))
+        _read_frame(sock)
+        token = b"ops\x00ops\x00wrong"
+        sock.sendall(_frame(36, 2, bytes([len(token) + 1]) + token + b"\x00"))  # v2: compact bytes, no tags
+        assert b"Invalid username or password" in _read_frame(sock)
+        sock.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            sock.recv(1)  # no FIN right behind the answer
+        sock.settimeout(10)
+        started = time.monotonic()
+        assert sock.recv(1) == b""  # the broker still closes a client that keeps the connection
+        assert time.monotonic() - started < 3
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")

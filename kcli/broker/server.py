@@ -27,6 +27,7 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 # Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
 PRE_AUTH_APIS = frozenset({18, 17, 36})
+REFUSED_LINGER_S = 1.0  # see Server._linger
 
 
 class KafkaServer:
@@ -91,12 +92,26 @@ class KafkaServer:
                 await asyncio.wait_for(sender, timeout=30)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 sender.cancel()
+            if conn.extra.get(CLOSE):
+                await self._linger(writer)
             writer.close()
             try:
                 await writer.wait_closed()
             except Exception:
                 pass
             self._connections.discard(task)
+
+    @staticmethod
+    async def _linger(writer: KafkaFrameProtocol) -> None:
+        """After refusing a client (failed SASL), let it close first, for up to REFUSED_LINGER_S.
+
+        A FIN that arrives with the error response makes some clients drop the response and
+        report a bare disconnect (kafka-python 3.0 does, on most attempts): the operator would
+        then see a timeout instead of "Invalid username or password". Nothing more is read."""
+        try:
+            await asyncio.wait_for(writer.wait_closed(), timeout=REFUSED_LINGER_S)
+        except asyncio.TimeoutError:
+            pass
 
     async def _read_requests(self, reader: KafkaFrameProtocol, conn: ConnectionState,
                              responses: "asyncio.Queue[asyncio.Task[bytes | None] | None]", peer: str) -> None:
