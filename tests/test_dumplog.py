@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcli.dumplog import BytesSource, DumpOptions, LocalSource, batchlines, dump_file, readers
+from kcli.dumplog import BytesSource, DumpOptions, LocalSource, batchlines, dump_file, readers, sources
 from kcli.dumplog import format as dumpformat
 from crc32c import crc32c
 
@@ -711,8 +711,8 @@ def test_batch_lines_match_reference(batches: list[dict], damage: str, window: i
         path = os.path.join(tmp, "00000000000000000000.log")
         Path(path).write_bytes(bytes(data))
         want, state = _reference_batch_lines(path)
-        with _patched(readers, WINDOW=window), _patched(batchlines, CHUNK_BYTES=chunk, CACHE_LIMIT=cache,
-                                                         compiled_batch_lines=compiled):
+        with _patched(readers, WINDOW=window), _patched(sources, READ_WINDOW=window), \
+                _patched(batchlines, CHUNK_BYTES=chunk, CACHE_LIMIT=cache, compiled_batch_lines=compiled):
             emitted: list[str] = []
             res = dump(path)
             src = LocalSource(path)
@@ -859,3 +859,40 @@ def test_compiled_record_walker_takes_plain_batches() -> None:
     assert RecordFormatter._compiled_lines(bytes(bad), h) is None
     assert _lines_or_error(RecordFormatter(False, False, str, str, True).text, bytes(bad), h)[:2] == (
         "error", "UnicodeDecodeError")
+
+
+def test_read_window_reads_each_byte_once_and_keeps_the_overlap(tmp_path: Path) -> None:
+    """The batch-level scan's reader: windows that overlap the last one keep the overlap, a
+    longer request grows the buffer, and views are exact whatever the order of calls."""
+    data = bytes(range(256)) * 64  # 16 KiB
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    src = LocalSource(str(path))
+    try:
+        reader = sources.ReadWindow(src, 1000)
+        assert bytes(reader.view(0, 1000)) == data[:1000]
+        assert bytes(reader.view(900, 1000)) == data[900:1900]  # 100 bytes kept, 900 read
+        grown = reader.view(1500, 3000)  # 400 kept, into a grown buffer
+        assert bytes(grown) == data[1500:4500]
+        # A shorter request inside the window keeps only what it asked for; the buffer (still
+        # exported through ``grown``) must not change size.
+        assert bytes(reader.view(4400, 20)) == data[4400:4420]
+        assert bytes(reader.view(4410, 1000)) == data[4410:5410]
+        del grown
+        assert bytes(reader.view(16_000, 1000)) == data[16_000:]  # the end of the file
+        assert bytes(reader.view(50, 10)) == data[50:60]  # backwards: read afresh
+        assert bytes(reader.view(len(data), 10)) == b""
+    finally:
+        src.close()
+
+
+def test_a_file_that_shrinks_during_a_batch_level_dump_is_an_error(tmp_path: Path) -> None:
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"".join(build_batch(simple_records(50), 50 * i) for i in range(40)))
+    src = LocalSource(str(seg))
+    try:
+        os.truncate(seg, 3000)  # after the size was taken
+        res = dump_file(src, DumpOptions())
+    finally:
+        src.close()
+    assert res.invalid and any("shrank while being read" in e for e in res.errors), res.errors

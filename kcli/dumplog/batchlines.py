@@ -25,6 +25,7 @@ from crc32c import crc32c
 
 from kcli.dumplog.format import HEADER, HEADER_SIZE, INT_MAX, codec_name, delete_horizon
 from kcli.dumplog.readers import LOG_OVERHEAD, ScanState, locate_batch, window_size
+from kcli.dumplog.sources import LocalSource, ReadWindow
 
 try:
     from kcli.dumplog._fastlines import batch_lines as compiled_batch_lines
@@ -72,6 +73,8 @@ def scan_batch_lines(
     unpack = HEADER.unpack_from
     append = out.append
     compiled = compiled_batch_lines
+    if isinstance(source, LocalSource):
+        source = ReadWindow(source)  # no view outlives the next window: text is copied out
     wsize = window_size(source)
     groups: dict[tuple[int, int, int, int], tuple[str, str, str]] = {}
     g = ("", "", "")  # the last batch's group, and the fields it was made for (none yet)

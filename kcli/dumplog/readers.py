@@ -14,7 +14,7 @@ from typing import Iterator
 from crc32c import crc32c
 
 from kcli.dumplog.format import HEADER, HEADER_SIZE
-from kcli.dumplog.sources import S3_CHUNK, WINDOW, BytesSource, S3Source, Source
+from kcli.dumplog.sources import S3_CHUNK, WINDOW, BytesSource, ReadWindow, S3Source, Source
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 LOG_OVERHEAD = 12
@@ -28,6 +28,8 @@ _TXN_ENTRY = struct.Struct(">hqqqq")
 def window_size(source: Source) -> int:
     if isinstance(source, S3Source):
         return S3_CHUNK
+    if isinstance(source, ReadWindow):
+        return source.window
     if isinstance(source, BytesSource):
         return max(source.size, 1)
     return WINDOW

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 WINDOW = 64 << 20  # local mmap window
+READ_WINDOW = 4 << 20  # ReadWindow's buffer (measured: 1 MiB re-reads too much of big batches, 16 MiB leaves the cache)
 S3_CHUNK = 8 << 20  # bytes per ranged GET
 _GLOB_CHARS = "*?["
 # Suffixes dump-log understands by name (Kafka's UnifiedLog / LogFileUtils suffixes).
@@ -122,6 +123,54 @@ class LocalSource:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"], state["name"])  # type: ignore[misc]
+
+
+class ReadWindow:
+    """One forward pass over a LocalSource through one reused buffer (``view`` reads into it).
+
+    Why: a batch-level dump touches every byte once, for the CRC. Through the mmap, mapping the
+    page cache costs more than the checksum (~5 GB/s for the pair on 16 KiB batches here); a
+    ``preadv`` into a buffer that stays in the CPU caches costs what ``cat`` pays, and the CRC then
+    runs on cached bytes (~7.5 GB/s for the pair). The price: a view is only valid until the next
+    ``view`` call, which the batch-line loop respects (its text is copied out per window).
+    Measured on 64 MiB files here: 16 KiB batches 7.2-8.0 GB/s (mmap 5.2), ~1 MiB batches
+    11.8-12.7 GB/s (mmap 11.7-12.0).
+
+    A window that starts inside the last one keeps that overlap (moved to the front, not read
+    again), so a forward scan reads each byte of the file once; the buffer grows to the largest
+    length asked for (a batch bigger than the window).
+    """
+
+    def __init__(self, source: LocalSource, window: int | None = None) -> None:
+        self.source = source
+        self.name = source.name
+        self.size = source.size
+        self.window = window or READ_WINDOW  # what scanners ask for at a time (readers.window_size)
+        self._buf = bytearray(self.window)
+        self._start = self._end = 0  # file range held by the buffer's first end - start bytes
+
+    def view(self, pos: int, length: int) -> memoryview:
+        old = self._buf
+        if length > len(old):
+            self._buf = bytearray(length)  # a new buffer: views of the old one stay valid
+        buf = self._buf
+        end = min(self.size, pos + length)
+        if pos >= end:
+            return memoryview(b"")
+        keep = min(self._end, end) - pos if self._start <= pos < self._end else 0
+        if keep:
+            offset = pos - self._start
+            buf[:keep] = old[offset : offset + keep]
+        window = memoryview(buf)[: end - pos]
+        try:
+            got = os.preadv(self.source._fd, [window[keep:]], pos + keep)
+        except OSError as err:
+            raise SourceError(f"cannot read {self.name}: {err.strerror or err}") from None
+        if got < end - pos - keep:
+            self._start = self._end = 0
+            raise SourceError(f"cannot read {self.name}: the file shrank while being read")
+        self._start, self._end = pos, end
+        return window
 
 
 class BytesSource:
