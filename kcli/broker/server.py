@@ -27,7 +27,7 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 # Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
 PRE_AUTH_APIS = frozenset({18, 17, 36})
-REFUSED_LINGER_S = 1.0  # see Server._linger
+REFUSED_LINGER_S = 1.0  # see KafkaServer._linger
 
 
 class KafkaServer:
@@ -92,9 +92,11 @@ class KafkaServer:
                 await asyncio.wait_for(sender, timeout=30)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 sender.cancel()
-            if conn.extra.get(CLOSE):
-                await self._linger(writer)
-            writer.close()
+            try:
+                if conn.extra.get(CLOSE):
+                    await self._linger(writer)
+            finally:  # a shutdown may cancel the linger: the connection still closes
+                writer.close()
             try:
                 await writer.wait_closed()
             except Exception:
@@ -107,7 +109,7 @@ class KafkaServer:
 
         A FIN that arrives with the error response makes some clients drop the response and
         report a bare disconnect (kafka-python 3.0 does, on most attempts): the operator would
-        then see a timeout instead of "Invalid username or password". Nothing more is read."""
+        then see a timeout instead of "Invalid username or password". No further request is served."""
         try:
             await asyncio.wait_for(writer.wait_closed(), timeout=REFUSED_LINGER_S)
         except asyncio.TimeoutError:
