@@ -341,20 +341,9 @@ class RecordFormatter:
         Returns whether the batch's own offsets are consecutive."""
         if not offsets:
             return True
-        last = self.last_offset
-        first = offsets[0]
-        if self.first_offset == -1:
-            self.first_offset = first
-        if last != -1 and first != last + 1:
-            self.non_consecutive.append((last, first))
         consecutive = _consecutive(offsets)
-        if not consecutive:
-            prev = first
-            for o in offsets[1:]:
-                if o != prev + 1:
-                    self.non_consecutive.append((prev, o))
-                prev = o
-        self.last_offset = offsets[-1]
+        gaps = None if consecutive else [(a, b) for a, b in zip(offsets, offsets[1:]) if b != a + 1]
+        self._track_span(offsets[0], offsets[-1], gaps)
         return consecutive
 
     def text(self, buf: memoryview | bytes, h: tuple, out: list[str]) -> int:
@@ -397,8 +386,8 @@ class RecordFormatter:
         return compiled_record_lines(data, pos, h[0], h[7], h[8], attrs, h[11], h[12])
 
     def _track_span(self, first: int, last: int, gaps: list[tuple[int, int]] | None) -> None:
-        """:meth:`_track` for a batch the compiled walker read: its first and last offsets and
-        the non-consecutive pairs inside it."""
+        """Record one batch's offsets: its first and last, and the non-consecutive pairs inside
+        it (from :meth:`_track`, or from the compiled walker)."""
         if self.first_offset == -1:
             self.first_offset = first
         if self.last_offset != -1 and first != self.last_offset + 1:
