@@ -24,7 +24,6 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 cdef enum:
-    HEADER_SIZE = 61
     MIN_LENGTH = 49  # batchLength of a header-only batch
     LINE_MAX = 640  # longest batch line, with room to spare
     INT_MAX = 0x7FFFFFFF
@@ -242,7 +241,7 @@ def record_lines(const unsigned char[::1] data, Py_ssize_t pos, long long base, 
     cdef const unsigned char *p
     cdef Py_ssize_t end = data.shape[0]
     cdef Py_ssize_t rec_end
-    cdef int64_t length, rattrs, ts_delta, delta, key_len, value_len, headers, hkey_len, hvalue_len
+    cdef int64_t length, ts_delta, delta, key_len, value_len, headers, hkey_len, hvalue_len
     cdef int64_t offset, prev = 0, first = 0, timestamp, seq
     cdef long long i
     cdef bint log_append = attrs & 0x08
