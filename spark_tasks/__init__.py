@@ -2,6 +2,6 @@
 
 Imported only when the Spark engine runs (``--engine spark`` or ``auto`` above its threshold):
 importing pyspark and starting its JVM is far too slow for every kcli command. Each
-``<job>_job.run`` takes a :class:`kcli.engine.run.ChunkTask` and yields its results in item order;
+``<job>_job.run`` takes a :class:`kcli.engine.chunks.ChunkTask` and yields its results in item order;
 the task itself (the same object the local engine runs) does the per-object work.
 """

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from kcli.engine.progress import Progress
-    from kcli.engine.run import ChunkTask
+    from kcli.engine.chunks import ChunkTask
 
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 SHIPPED_ENV_PREFIXES = ("AWS_",)  # object-store settings executors need (local masters only)
@@ -208,7 +208,7 @@ def run_ordered(spark: "SparkSession", task: "ChunkTask", items: Sequence[Any], 
     have to fit in the driver at once. The progress bar follows completed Spark tasks."""
     import uuid
 
-    from kcli.engine.run import plan_chunks
+    from kcli.engine.chunks import plan_chunks
 
     sc = spark.sparkContext
     parallelism = max(1, sc.defaultParallelism)

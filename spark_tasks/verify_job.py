@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from kcli.engine.progress import Progress
-    from kcli.engine.run import ChunkTask
+    from kcli.engine.chunks import ChunkTask
 
 
 def run(spark: "SparkSession", task: "ChunkTask", items: Sequence[Any], sizes: Sequence[int],

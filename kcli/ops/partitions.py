@@ -19,15 +19,21 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka import TopicCollection, TopicPartition
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
 from kcli.ops.connection import Connection, admin, consumer
+from kcli.ops.partition_modes import (  # noqa: F401 - re-exported for callers of the shrink
+    MODES_KEY,
+    NONE,
+    READ_ONLY,
+    READ_WRITE,
+    PartitionMode,
+    parse_modes,
+    partition_modes,
+)
 
-MODES_KEY = "kcli.partition.modes"
 ENABLE_CONFIG = "delete.topic.partition.enable"
-READ_WRITE, READ_ONLY, NONE = "ReadWrite", "ReadOnly", "None"
 _MODE_CODES = {0: READ_WRITE, 1: READ_ONLY, -1: NONE}
 KEY_SAMPLE_PER_PARTITION = 100
 
@@ -41,42 +47,6 @@ def format_ms(ms: int | None) -> str | None:
     if ms is None or ms < 0:
         return None
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-# --- partition modes -------------------------------------------------------------------------
-
-
-@dataclass
-class PartitionMode:
-    partition: int
-    mode: str  # ReadWrite | ReadOnly | None
-    delete_at_ms: int | None = None
-
-
-def parse_modes(value: str | None) -> dict[int, PartitionMode]:
-    """``"3:ReadOnly@1700000000000,4:ReadOnly@..."`` → {3: PartitionMode(...), ...}; unknown text is skipped."""
-    out: dict[int, PartitionMode] = {}
-    for item in (value or "").split(","):
-        head, _, at = item.strip().partition("@")
-        pid, sep, mode = head.partition(":")
-        try:
-            partition = int(pid)
-            delete_at = int(at) if at else None
-        except ValueError:
-            continue
-        if sep and mode:
-            out[partition] = PartitionMode(partition, mode, delete_at)
-    return out
-
-
-def partition_modes(conn: Connection, topic: str) -> dict[int, PartitionMode]:
-    """Partitions of ``topic`` that are not ReadWrite (empty against brokers without KIP-694)."""
-    client = admin(conn)
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    futures = client.describe_configs([resource], request_timeout=conn.timeout_s)
-    entries = client.wait(futures[resource], f"topic '{topic}'")
-    entry = entries.get(MODES_KEY)
-    return parse_modes(entry.value if entry is not None else None)
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -257,14 +227,24 @@ def shrink_topic(conn: Connection, topic: str, target: int, delay_ms: int = 0, *
     ``confirm`` asks the operator (the CLI passes a terminal prompt); without it, deleting
     stored records with no delay needs ``assume_yes``."""
     if current is None:
-        from kcli.ops.topics import describe_topics
-
-        current = describe_topics(conn, [topic])[0].partition_count
+        current = _partition_count(conn, topic)
     plan = prepare_shrink(conn, topic, current, target, delay_ms, dry_run=dry_run, assume_yes=assume_yes,
                           confirm=confirm)
     if not dry_run:
         apply_shrink(conn, plan)
     return plan
+
+
+def _partition_count(conn: Connection, topic: str) -> int:
+    """Partitions the broker lists for ``topic`` (the same count ``kcli topics describe`` shows)."""
+    client = admin(conn)
+    future = client.describe_topics(TopicCollection([topic]), request_timeout=conn.timeout_s)[topic]
+    try:
+        return len(client.wait(future, f"topic '{topic}'").partitions)
+    except KafkaApiError as err:
+        if err.name == "UNKNOWN_TOPIC_OR_PARTITION":
+            raise KafkaApiError(err.name, f"topic '{topic}' does not exist") from None
+        raise
 
 
 def prepare_shrink(conn: Connection, topic: str, current: int, target: int, delay_ms: int, *, dry_run: bool,

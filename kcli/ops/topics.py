@@ -26,8 +26,9 @@ from confluent_kafka.admin import (
 )
 
 from kcli.errors import KafkaApiError, UsageError
-from kcli.ops.partitions import MODES_KEY, parse_modes
+from kcli.ops import partitions as shrink_ops
 from kcli.ops.connection import Admin, Connection, admin, to_kcli_error
+from kcli.ops.partition_modes import MODES_KEY, parse_modes
 
 # Kafka's Topic.isInternal: the topics the broker marks internal (kafka-topics --exclude-internal).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
@@ -378,8 +379,6 @@ def alter_topic(conn: Connection, req: AlterTopicRequest,
     is validated (describe + plan, and for a shrink the broker's validate-only answer and the
     operator's confirmation) before the first change, so bad input changes nothing.
     ``--partitions`` equal to the current count is a no-op, so re-running a runbook step is safe."""
-    from kcli.ops import partitions as shrink_ops
-
     _check_alter_input(req)
     current = describe_topics(conn, [req.topic])[0]
     steps = plan_alter(current, req)
