@@ -1,8 +1,10 @@
-"""Benchmark the SQLite batch coordinator: commit_file and find_batches latency, commit throughput.
+"""Benchmark the batch coordinator (SQLite, or PostgreSQL): commit_file and find_batches latency, commit throughput.
 
 KIP-1163 budgets P50 ~10 ms / P99 ~20-50 ms for committing an object's batch coordinates; kcli's
 targets for its embedded coordinator are commit P99 <= 10 ms for a 1,000-batch object and
 find_batches P99 <= 2 ms. Run:  python3 bench/coordinator_bench.py [--dir DIR] [--commits N]
+PostgreSQL:  ... --postgres (a temporary local server, as the tests start one) or
+--coordinator postgresql://user@host:port/db (an existing, preferably empty, database).
 
 Wall-clock latency includes fsync and anything else the machine is doing; the CPU column is this
 thread's CPU time, which is steadier on a shared host. The first line prints a CPU calibration
@@ -19,6 +21,7 @@ import argparse
 import gc
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -38,6 +41,7 @@ from plugins.coordinator.base import (  # noqa: E402
     FindBatchRequest,
     TopicIdPartition,
 )
+from plugins.coordinator.base import BatchCoordinator  # noqa: E402
 from plugins.coordinator.sqlite import SqliteBatchCoordinator  # noqa: E402
 from report import record  # noqa: E402
 
@@ -106,68 +110,121 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--finds", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--coordinator", default=None,
+                        help="bench this coordinator URI instead of a new SQLite file (postgresql://user@host:port/db)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="bench the PostgreSQL coordinator on a temporary local server (initdb + pg_ctl)")
     args = parser.parse_args()
+    if args.postgres and args.coordinator:
+        parser.error("--postgres starts its own server: give either it or --coordinator")
 
     calibration_ms = min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
     rng = random.Random(args.seed)
     results: list[tuple[str, list[float], list[float], float | None, list[int] | None]] = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         db_path = Path(tmp) / "coordinator.db"
-        coord = SqliteBatchCoordinator(db_path)
-        topic = uuid.uuid4()
-        coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic, "bench", args.partitions)])
-        tips = [TopicIdPartition(topic, "bench", p) for p in range(args.partitions)]
+        server = None
+        url = args.coordinator
+        if args.postgres:
+            from tests.fixtures_pg import start_pg_server
 
-        throughput = {}
-        for label, sequences in (("no producer ids", None), (f"idempotent, {PRODUCERS} producers", {})):
-            wall: list[float] = []
-            cpu: list[float] = []
-            full_gc: list[int] = []
-            objects = [build_object(tips, args.batches, rng, sequences) for _ in range(args.commits)]
-            start = time.perf_counter()
-            for size, requests in objects:
-                responses = timed(lambda: coord.commit_file(f"wal/{uuid.uuid4()}", 0, size, requests), wall, cpu,
-                                  full_gc)
-                assert all(r.errors == 0 and not r.is_duplicate for r in responses), "commit failed"
-            throughput[label] = args.commits * args.batches / (time.perf_counter() - start)
-            results.append((f"commit_file 1,000 batches, {label}", wall, cpu, COMMIT_TARGET_P99_MS, full_gc))
+            server = start_pg_server(Path(tempfile.mkdtemp(prefix="kcli-pg-bench-")))  # chowned to postgres
+            url = server.url(server.create_database())
+        coord: BatchCoordinator
+        if url:
+            from plugins.coordinator import open_coordinator
 
-        # A hot log with many batches: find_batches is a range lookup whatever the log's length.
-        hot_topic = uuid.uuid4()
-        coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(hot_topic, "hot", 1)])
-        hot = TopicIdPartition(hot_topic, "hot", 0)
-        for c in range(args.commits):
-            requests = [CommitBatchRequest(i, hot, 1 + i * BATCH_SIZE, BATCH_SIZE, 0, 99, 1_700_000_000_000 + i, 0)
-                        for i in range(args.batches)]
-            coord.commit_file(f"wal/hot-{c}", 0, 1 + args.batches * BATCH_SIZE, requests)
-        hot_batches = args.commits * args.batches
-        wall, cpu = [], []
-        returned = 0
-        for _ in range(args.finds):
-            offset = rng.randrange(hot_batches * 100)
-            resp = timed(lambda: coord.find_batches([FindBatchRequest(hot, offset, 1 << 20)], 50 << 20), wall, cpu)
-            returned += len(resp[0].batches)
-        results.append((f"find_batches 1 partition, 1 MiB ({returned // args.finds} batches)", wall, cpu,
-                        FIND_TARGET_P99_MS, None))
+            coord = open_coordinator(url)
+        else:
+            coord = SqliteBatchCoordinator(db_path)
+        try:
+            throughput = run_scenarios(args, coord, rng, results)
+            coord.close()
+            if url:
+                import psycopg
 
-        hwms = {i.topic_id_partition.partition: i.high_watermark for i in coord.describe_logs([topic])}
-        wall, cpu = [], []
-        returned = 0
-        for _ in range(args.finds // 4):
-            reqs = [FindBatchRequest(tips[p], rng.randrange(max(1, hwms[p])), 256 << 10)
-                    for p in rng.sample(range(args.partitions), 10)]
-            resp = timed(lambda: coord.find_batches(reqs, 50 << 20), wall, cpu)
-            returned += sum(len(r.batches) for r in resp)
-        results.append((f"find_batches 10 partitions x 256 KiB ({returned // (args.finds // 4)} batches)",
-                        wall, cpu, None, None))
-        coord.close()
-        db_size = sum(f.stat().st_size for f in Path(tmp).iterdir())
+                with psycopg.connect(url, connect_timeout=10) as conn:
+                    db_size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+                    version = conn.execute("SHOW server_version").fetchone()[0]
+                    sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+                    fsync = conn.execute("SHOW fsync").fetchone()[0]
+                kind = (f"PostgreSQL batch coordinator  PostgreSQL {version} over loopback TCP,"
+                        f" synchronous_commit={sync}, fsync={fsync}")
+            else:
+                db_size = sum(f.stat().st_size for f in Path(tmp).iterdir() if f.is_file())
+                kind = (f"SQLite batch coordinator  sqlite {sqlite3.sqlite_version}, db on "
+                        f"{filesystem_of(Path(args.dir or tempfile.gettempdir()))}, synchronous=FULL, WAL journal")
+        finally:
+            coord.close()
+            if server is not None:
+                from tests.fixtures_pg import stop_pg_server
 
-    print(f"SQLite batch coordinator  sqlite {sqlite3.sqlite_version}, db on "
-          f"{filesystem_of(Path(args.dir or tempfile.gettempdir()))}, synchronous=FULL, WAL journal;"
-          f" CPU calibration sum(range(10**6)) = {calibration_ms:.1f} ms; load average"
+                stop_pg_server(server)
+                shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+    report(args, calibration_ms, results, throughput, kind, db_size)
+
+
+def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random.Random, results: list
+                  ) -> dict[str, float]:
+    """The commit and find scenarios (timings appended to ``results``); commit throughputs."""
+    topic = uuid.uuid4()
+    coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic, "bench", args.partitions)])
+    tips = [TopicIdPartition(topic, "bench", p) for p in range(args.partitions)]
+
+    throughput = {}
+    for label, sequences in (("no producer ids", None), (f"idempotent, {PRODUCERS} producers", {})):
+        wall: list[float] = []
+        cpu: list[float] = []
+        full_gc: list[int] = []
+        objects = [build_object(tips, args.batches, rng, sequences) for _ in range(args.commits)]
+        start = time.perf_counter()
+        for size, requests in objects:
+            responses = timed(lambda: coord.commit_file(f"wal/{uuid.uuid4()}", 0, size, requests), wall, cpu,
+                              full_gc)
+            assert all(r.errors == 0 and not r.is_duplicate for r in responses), "commit failed"
+        throughput[label] = args.commits * args.batches / (time.perf_counter() - start)
+        results.append((f"commit_file 1,000 batches, {label}", wall, cpu, COMMIT_TARGET_P99_MS, full_gc))
+
+    # A hot log with many batches: find_batches is a range lookup whatever the log's length.
+    hot_topic = uuid.uuid4()
+    coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(hot_topic, "hot", 1)])
+    hot = TopicIdPartition(hot_topic, "hot", 0)
+    for c in range(args.commits):
+        requests = [CommitBatchRequest(i, hot, 1 + i * BATCH_SIZE, BATCH_SIZE, 0, 99, 1_700_000_000_000 + i, 0)
+                    for i in range(args.batches)]
+        coord.commit_file(f"wal/hot-{c}", 0, 1 + args.batches * BATCH_SIZE, requests)
+    hot_batches = args.commits * args.batches
+    wall, cpu = [], []
+    returned = 0
+    for _ in range(args.finds):
+        offset = rng.randrange(hot_batches * 100)
+        resp = timed(lambda: coord.find_batches([FindBatchRequest(hot, offset, 1 << 20)], 50 << 20), wall, cpu)
+        returned += len(resp[0].batches)
+    results.append((f"find_batches 1 partition, 1 MiB ({returned // args.finds} batches)", wall, cpu,
+                    FIND_TARGET_P99_MS, None))
+
+    hwms = {i.topic_id_partition.partition: i.high_watermark for i in coord.describe_logs([topic])}
+    wall, cpu = [], []
+    returned = 0
+    for _ in range(args.finds // 4):
+        reqs = [FindBatchRequest(tips[p], rng.randrange(max(1, hwms[p])), 256 << 10)
+                for p in rng.sample(range(args.partitions), 10)]
+        resp = timed(lambda: coord.find_batches(reqs, 50 << 20), wall, cpu)
+        returned += sum(len(r.batches) for r in resp)
+    results.append((f"find_batches 10 partitions x 256 KiB ({returned // (args.finds // 4)} batches)",
+                    wall, cpu, None, None))
+    return throughput
+
+
+def report(args: argparse.Namespace, calibration_ms: float, results: list, throughput: dict[str, float], kind: str,
+           db_size: float) -> None:
+    # Figures of the PostgreSQL run are recorded under their own names (the SQLite ones stay).
+    prefix = "coordinator" if kind.startswith("SQLite") else "postgresql coordinator"
+    print(f"{kind}; CPU calibration sum(range(10**6)) = {calibration_ms:.1f} ms; load average"
           f" {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    record("coordinator bench CPU calibration, sum(range(10**6))", round(calibration_ms, 1), unit="ms", better="lower")
+    if prefix == "coordinator":
+        record("coordinator bench CPU calibration, sum(range(10**6))", round(calibration_ms, 1), unit="ms",
+               better="lower")
     print(f"{'operation':<58}{'P50 ms':>8}{'P99 ms':>8}{'CPU P50':>9}{'CPU P99':>9}{'target':>8}  met{'max ms':>9}")
     for name, wall, cpu, target, _ in results:
         met = "-" if target is None else ("yes" if pct(wall, 99) <= target else "NO")
@@ -177,7 +234,7 @@ def main() -> None:
         for clock, values in (("wall", wall), ("CPU", cpu)):
             for p in (50, 99):
                 value = statistics.median(values) if p == 50 else pct(values, 99)
-                record(f"coordinator {name}, {clock} P{p}", round(value, 2), unit="ms",
+                record(f"{prefix} {name}, {clock} P{p}", round(value, 2), unit="ms",
                        target=goal if p == 99 and clock == "wall" else "", better="lower")
     for name, wall, _, _, full_gc in results:
         if full_gc:
@@ -185,7 +242,7 @@ def main() -> None:
                   f" ({', '.join(f'{wall[i]:.1f}' for i in full_gc)} ms wall)")
     for label, rate in throughput.items():
         print(f"commit throughput, {label:<38}{rate:>12,.0f} batches/s")
-        record(f"coordinator commit throughput, {label}", round(rate), unit="batches/s")
+        record(f"{prefix} commit throughput, {label}", round(rate), unit="batches/s")
     print(f"database size after {2 * args.commits + args.commits} objects:{db_size / (1 << 20):>24.1f} MiB")
 
 

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, configs: dict[str, str] | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.preexec_fn = preexec_fn  # runs in the child before exec (e.g. resource.setrlimit)
         self.configs = dict(configs or {})
         self.extra_args = list(extra_args or [])
         self.env = env
@@ -36,7 +38,7 @@ class BrokerProcess:
         env = dict(os.environ)
         env.update(self.env or {})
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         line = b""
         assert self.proc.stdout is not None

@@ -74,3 +74,13 @@ def check_partition_order(msgs: list[Any]) -> dict[int, list[int]]:
     for offsets in by_part.values():
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), offsets[:20]
     return by_part
+
+
+def record_upload_intent(data_dir: Path, key: str, *, at_ms: int | None = None, broker_id: int = 1) -> None:
+    """Record in a broker's coordinator database (a second SQLite connection, as a crashed upload
+    would have left it) that ``key`` was going to be uploaded: the object becomes an orphan, not
+    an unknown object (kcli/diskless/cleaner.py)."""
+    from plugins.coordinator.sqlite import SqliteBatchCoordinator
+
+    with SqliteBatchCoordinator(Path(data_dir) / "diskless" / "coordinator.db") as coordinator:
+        coordinator.register_upload_intent(key, broker_id, int(time.time() * 1000) if at_ms is None else at_ms)

@@ -101,4 +101,9 @@ def damaged_dataset(root: Path, objects: int = 12, object_bytes: int = 256 << 10
     young = f"wal/{uuid.uuid4()}"
     ds.path(young).write_bytes(b"\x00young")
     os.utime(ds.path(young), (time.time() + 3600, time.time() + 3600))  # never past any grace period
+    # Orphans are uploads with a recorded intent and no commit (kcli/diskless/cleaner.py).
+    with SqliteBatchCoordinator(db) as coordinator:
+        for key in old:
+            coordinator.register_upload_intent(key, 1, int(time.time() * 1000) - 3_600_000)
+        coordinator.register_upload_intent(young, 1, int(time.time() * 1000))
     return Damaged(ds, ds.keys[3], victim.byte_offset, ds.keys[5], ds.keys[7], sorted(old), young, marked)

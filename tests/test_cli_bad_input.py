@@ -153,6 +153,15 @@ CASES: dict[str, list[Case]] = {
         C("broker", "start", "--data-dir", "{tmp}/b5", "--listen", "127.0.0.1:0", "--config", "kcli.fault.nowhere.pause.ms=1",
           needle="kcli.fault.nowhere"),
         C("broker", "start", "--data-dir", "{data_dir}", "--listen", "127.0.0.1:0", code=1, needle="in use"),
+        C("broker", "start", "--data-dir", "{tmp}/b6", "--listen", "127.0.0.1:0", "--cluster", "mysql://u@h/db",
+          needle="--cluster"),
+        C("broker", "start", "--data-dir", "{tmp}/b7", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
+          needle="--node-id"),
+        C("broker", "start", "--data-dir", "{tmp}/b8", "--listen", "127.0.0.1:0", "--node-id", "-1", needle="--node-id"),
+        C("broker", "start", "--data-dir", "{tmp}/b9", "--listen", "127.0.0.1:0", "--rack", "", needle="--rack"),
+        # nothing listens on port 1: one line within the connect timeout, exit 1
+        C("broker", "start", "--data-dir", "{tmp}/b10", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
+          "--node-id", "1", code=1, needle="127.0.0.1:1"),
     ],
     "broker metrics": [
         C("broker", "metrics", "--bogus", needle="--bogus"),

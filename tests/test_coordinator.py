@@ -39,6 +39,7 @@ from plugins.coordinator.base import (
 )
 from plugins.coordinator.sqlite import _ENTRY, SqliteBatchCoordinator, _Checkpointer, _Producer
 from plugins.loader import PluginError, load_class
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000_000
@@ -64,8 +65,48 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "diskless" / "coordinator.db"
 
 
+class Backend:
+    """Where one contract test's coordinator state lives: a SQLite file or a fresh PostgreSQL
+    database on the session's real server (tests/fixtures_pg.py). ``open`` makes another
+    instance on the same state: a restart, or a second broker."""
+
+    def __init__(self, kind: str, target: str) -> None:
+        self.kind = kind
+        self.target = target
+        self.opened: list[BatchCoordinator] = []
+
+    def open(self, clock: Clock | None = None, *, read_only: bool = False) -> BatchCoordinator:
+        if self.kind == "sqlite":
+            c: BatchCoordinator = SqliteBatchCoordinator(self.target, clock=clock, read_only=read_only)
+        else:
+            from plugins.coordinator.postgresql import PostgresBatchCoordinator
+
+            c = PostgresBatchCoordinator(self.target, clock=clock, read_only=read_only)
+        self.opened.append(c)
+        return c
+
+    def close_all(self) -> None:
+        for c in self.opened:
+            c.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, db_path: Path):
+    """The contract suite runs against both coordinators (same semantics, same answers)."""
+    target = str(db_path) if request.param == "sqlite" else request.getfixturevalue("pg_database")
+    b = Backend(request.param, target)
+    yield b
+    b.close_all()
+
+
 @pytest.fixture
-def coord(db_path: Path, clock: Clock):
+def coord(backend: Backend, clock: Clock):
+    return backend.open(clock)
+
+
+@pytest.fixture
+def sqlite_coord(db_path: Path, clock: Clock):
+    """SQLite-only tests (file settings, WAL, raw SQL on the file)."""
     c = SqliteBatchCoordinator(db_path, clock=clock)
     yield c
     c.close()
@@ -253,12 +294,12 @@ def test_idempotence_state_is_per_partition(coord: SqliteBatchCoordinator) -> No
     assert [(r.errors, r.is_duplicate) for r in responses] == [(0, False), (0, False)]
 
 
-def test_idempotence_survives_restart(db_path: Path, clock: Clock) -> None:
-    c = SqliteBatchCoordinator(db_path, clock=clock)
+def test_idempotence_survives_restart(backend: Backend, clock: Clock) -> None:
+    c = backend.open(clock)
     (a0,) = topic(c, partitions=1)
     commit(c, [req(a0, 0, pid=7, epoch=0, seq=0), req(a0, 1, pid=7, epoch=0, seq=10)])
     c.close()
-    c = SqliteBatchCoordinator(db_path, clock=clock)
+    c = backend.open(clock)
     responses, _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=30)])
     assert (responses[0].is_duplicate, responses[0].assigned_base_offset) == (True, 10)
     assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -266,7 +307,7 @@ def test_idempotence_survives_restart(db_path: Path, clock: Clock) -> None:
 
 
 @pytest.mark.parametrize("how", ["delete_records", "retention"])
-def test_idempotence_survives_deleting_the_data(coord: SqliteBatchCoordinator, db_path: Path, how: str) -> None:
+def test_idempotence_survives_deleting_the_data(coord: SqliteBatchCoordinator, backend: Backend, how: str) -> None:
     (a0,) = topic(coord, partitions=1)
     commit(coord, [req(a0, 0, pid=7, epoch=0, seq=0), req(a0, 1, pid=7, epoch=0, seq=10)])
     if how == "delete_records":
@@ -275,7 +316,7 @@ def test_idempotence_survives_deleting_the_data(coord: SqliteBatchCoordinator, d
         assert coord.enforce_retention([RetentionRequest(a0, 1, -1)], now_ms=T0 + 10_000)[0].deleted_batches == 2
     assert log_of(coord, a0).batch_count == 0
     # A second instance sees only what is on disk, as after a crash (``coord`` never closes first).
-    reopened = SqliteBatchCoordinator(db_path)
+    reopened = backend.open()
     responses, _ = commit(reopened, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=30)])
     assert (responses[0].is_duplicate, responses[0].assigned_base_offset) == (True, 10)
     assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -316,17 +357,17 @@ def test_idempotence_with_unusual_sequences(coord: SqliteBatchCoordinator, batch
 
 @pytest.mark.parametrize("base_seq, last_seq, epoch", [(20, 1 << 31, 0), (20, 1 << 64, 0), (-(1 << 31) - 1, 5, 0),
                                                        (20, 29, 1 << 15)])
-def test_sequence_outside_int32_fails_the_commit_and_changes_nothing(db_path: Path, base_seq: int, last_seq: int,
+def test_sequence_outside_int32_fails_the_commit_and_changes_nothing(backend: Backend, base_seq: int, last_seq: int,
                                                                     epoch: int) -> None:
     """Kafka's sequences are int32 and epochs int16: anything else is a broken request, refused
-    whole (as other malformed batches are) before it reaches the producer state or SQLite."""
-    c = SqliteBatchCoordinator(db_path)
+    whole (as other malformed batches are) before it reaches the producer state or the database."""
+    c = backend.open()
     (a0,) = topic(c, partitions=1)
     commit(c, [seq_req(a0, 0, 0, 9)])
     with pytest.raises(CoordinatorException, match="batch 1: producer epoch .* outside Kafka's int16 / int32"):
         commit(c, [seq_req(a0, 0, 10, 19), seq_req(a0, 1, base_seq, last_seq, epoch)])
     c.close()  # writes the producer snapshot: only what was kept
-    c = SqliteBatchCoordinator(db_path)
+    c = backend.open()
     try:
         responses, _ = commit(c, [seq_req(a0, 0, 10, 19), seq_req(a0, 1, 10, 19), seq_req(a0, 2, 0, 9)])
         assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
@@ -371,6 +412,19 @@ def test_find_batches_from_inside_a_batch_and_byte_limits(coord: SqliteBatchCoor
     assert len(first.batches) == 1 and second.batches == [] and second.high_watermark == 10
     both = coord.find_batches([FindBatchRequest(a1, 0, 1 << 20), FindBatchRequest(a0, 0, 1 << 20)], 800)
     assert [len(r.batches) for r in both] == [1, 3]
+
+
+def test_find_batches_over_many_batches(coord: SqliteBatchCoordinator) -> None:
+    """A fetch spanning more batches than one read returns (PostgreSQL reads them in chunks)."""
+    (a0,) = topic(coord, partitions=1)
+    for n in range(3):
+        commit(coord, [req(a0, i, size=10, records=1) for i in range(400)])
+    (everything,) = coord.find_batches([FindBatchRequest(a0, 0, 1 << 30)], 1 << 30)
+    assert [b.metadata.base_offset for b in everything.batches] == list(range(1200))
+    (limited,) = coord.find_batches([FindBatchRequest(a0, 150, 6_505)], 1 << 30)
+    assert [b.metadata.base_offset for b in limited.batches] == list(range(150, 800))
+    (rest,) = coord.find_batches([FindBatchRequest(a0, 1150, 1 << 20)], 1 << 30)
+    assert [b.metadata.base_offset for b in rest.batches] == list(range(1150, 1200))
 
 
 def test_find_batches_edges(coord: SqliteBatchCoordinator) -> None:
@@ -567,8 +621,8 @@ def test_topic_storage_dead_bytes(coord: SqliteBatchCoordinator) -> None:
 # -- durability, concurrency, configuration ----------------------------------------------------
 
 
-def test_state_survives_close_and_reopen(db_path: Path, clock: Clock) -> None:
-    c = SqliteBatchCoordinator(db_path, clock=clock)
+def test_state_survives_close_and_reopen(backend: Backend, clock: Clock) -> None:
+    c = backend.open(clock)
     a0, a1 = topic(c)
     _, key = commit(c, [req(a0, 0), req(a1, 1)])
     c.delete_records([DeleteRecordsRequest(a0, 5)])
@@ -576,7 +630,7 @@ def test_state_survives_close_and_reopen(db_path: Path, clock: Clock) -> None:
     c.close()
     with pytest.raises(CoordinatorException, match="not open"):
         c.describe_logs()
-    c = SqliteBatchCoordinator(db_path, clock=clock)
+    c = backend.open(clock)
     assert (c.describe_logs(), c.describe_files(), c.batches_in_file(key)) == before
     assert commit(c, [req(a0)])[0][0].assigned_base_offset == 10
     c.close()
@@ -685,12 +739,12 @@ def test_close_while_the_checkpointer_waits_for_the_lock(tmp_path: Path, monkeyp
     assert closed.wait(10), "close() deadlocked with the checkpointer"
 
 
-def test_database_settings(coord: SqliteBatchCoordinator, db_path: Path) -> None:
+def test_database_settings(sqlite_coord: SqliteBatchCoordinator, db_path: Path) -> None:
     raw = sqlite3.connect(db_path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"logs", "files", "batches", "producer_state", "file_topics", "file_logs"} <= tables
-    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
     # Batches are clustered by (log_id, last_offset): a fetch is one primary-key range scan.
     plan = " ".join(str(r) for r in raw.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM batches WHERE log_id = ? AND last_offset >= ? ORDER BY last_offset", (1, 5)))
@@ -728,11 +782,11 @@ def test_concurrent_commits_from_threads_stay_gapless(coord: SqliteBatchCoordina
     assert [b.metadata.base_offset for b in batches] == list(range(0, 4 * 20 * 5 * 3, 3))
 
 
-def test_two_instances_on_one_file_do_not_trust_stale_caches(db_path: Path) -> None:
-    first = SqliteBatchCoordinator(db_path)
+def test_two_instances_on_one_file_do_not_trust_stale_caches(backend: Backend) -> None:
+    first = backend.open()
     (a0,) = topic(first, partitions=1)
     commit(first, [req(a0, 0, pid=1, epoch=0, seq=0)])
-    second = SqliteBatchCoordinator(db_path)
+    second = backend.open()
     assert commit(second, [req(a0, 0, pid=1, epoch=0, seq=10)])[0][0].assigned_base_offset == 10
     # first's cached high watermark (10) and producer state are stale now.
     responses, _ = commit(first, [req(a0, 0, pid=1, epoch=0, seq=10), req(a0, 1)])
@@ -785,7 +839,7 @@ def test_loader_and_configure(tmp_path: Path) -> None:
         load_class("plugins.objectstore.local.LocalObjectStorage", BatchCoordinator)
 
 
-@pytest.mark.parametrize("uri", ["postgres://x/y", "sqlite://host/x.db", "sqlite:relative.db", "/abs/x.db", "sqlite:///"])
+@pytest.mark.parametrize("uri", ["mysql://x/y", "postgresql:///no-host", "sqlite://host/x.db", "sqlite:relative.db", "/abs/x.db", "sqlite:///"])
 def test_open_coordinator_rejects(uri: str) -> None:
     with pytest.raises(CoordinatorException, match="coordinator URI"):
         open_coordinator(uri)
@@ -1022,7 +1076,7 @@ def test_version_1_database_is_migrated_on_open(tmp_path: Path) -> None:
     check_invariants(c)
     c.close()
     raw = sqlite3.connect(db)
-    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
     assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert "logs" in raw.execute("SELECT sql FROM sqlite_master WHERE name = 'producer_state'").fetchone()[0]
@@ -1051,9 +1105,106 @@ def test_migration_that_would_lose_rows_changes_nothing(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(db_path: Path) -> None:
     SqliteBatchCoordinator(db_path).close()
     raw = sqlite3.connect(db_path)
-    raw.execute("UPDATE kcli_meta SET value = '3' WHERE key = 'schema_version'")
+    raw.execute("UPDATE kcli_meta SET value = '4' WHERE key = 'schema_version'")
     raw.commit()
     raw.close()
     for read_only in (False, True):
-        with pytest.raises(CoordinatorException, match="schema version 3, this kcli understands 2"):
+        with pytest.raises(CoordinatorException, match="schema version 4, this kcli understands 3"):
             SqliteBatchCoordinator(db_path, read_only=read_only)
+
+
+# -- identity and upload intents (docs/reliability.md "Diskless garbage: identity and intents") --
+
+
+def test_cluster_id_is_claimed_once_and_another_is_refused(backend: Backend) -> None:
+    c = backend.open()
+    assert c.cluster_id() is None
+    c.claim_cluster_id("cluster-A")
+    c.claim_cluster_id("cluster-A")  # idempotent
+    with pytest.raises(CoordinatorException, match="belongs to cluster cluster-A, not to this broker's cluster B"):
+        c.claim_cluster_id("B")
+    with pytest.raises(CoordinatorException, match="invalid cluster id"):
+        c.claim_cluster_id("")
+    c.close()
+    reader = backend.open(read_only=True)
+    assert reader.cluster_id() == "cluster-A"
+    with pytest.raises(CoordinatorException):
+        reader.claim_cluster_id("cluster-A")  # inspection tools never write
+    reader.close()
+
+
+def intent_rows(backend: Backend) -> int:
+    if backend.kind == "sqlite":
+        with sqlite3.connect(backend.target) as raw:
+            return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+    import psycopg
+
+    with psycopg.connect(backend.target, connect_timeout=10) as raw:
+        return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+
+
+def test_upload_intents_end_with_the_commit_and_are_listed_until_then(coord: SqliteBatchCoordinator,
+                                                                      backend: Backend) -> None:
+    (tip, _) = topic(coord)
+    coord.register_upload_intent("wal/committed", 3, T0)
+    coord.register_upload_intent("wal/abandoned", 4, T0 + 1)
+    coord.register_upload_intent("wal/never-uploaded", 4, T0 + 2)
+    assert [(i.object_key, i.broker_id, i.created_at_ms) for i in coord.list_upload_intents()] == [
+        ("wal/committed", 3, T0), ("wal/abandoned", 4, T0 + 1), ("wal/never-uploaded", 4, T0 + 2)]
+    commit(coord, [req(tip)], key="wal/committed")
+    assert [i.object_key for i in coord.list_upload_intents()] == ["wal/abandoned", "wal/never-uploaded"]
+    assert coord.known_object_keys() == {"wal/committed"}
+    coord.delete_upload_intents(["wal/abandoned", "wal/never-uploaded", "wal/no-such"])
+    assert coord.list_upload_intents() == []
+    assert intent_rows(backend) == 0  # nothing left behind for committed objects
+    with pytest.raises(CoordinatorException, match="invalid upload intent"):
+        coord.register_upload_intent("", 1, T0)
+
+
+def test_version_2_database_is_migrated_to_3_and_keeps_everything(db_path: Path) -> None:
+    c = SqliteBatchCoordinator(db_path, clock=Clock())
+    (tip, _) = topic(c)
+    _, key = commit(c, [req(tip), req(tip, 1)])
+    c.close()
+    raw = sqlite3.connect(db_path)  # what kcli with schema 2 left behind
+    raw.execute("DROP TABLE upload_intents")
+    raw.execute("UPDATE kcli_meta SET value = '2' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+
+    reader = SqliteBatchCoordinator(db_path, read_only=True)  # inspects a migrated copy
+    assert reader.list_upload_intents() == [] and reader.known_object_keys() == {key}
+    reader.close()
+    assert sqlite3.connect(db_path).execute(
+        "SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+
+    c = SqliteBatchCoordinator(db_path)
+    assert log_of(c, tip).high_watermark == 20 and c.known_object_keys() == {key}
+    assert c.cluster_id() is None  # claimed by the broker's first start (kcli/diskless/identity.py)
+    c.register_upload_intent("wal/next", 1, T0)
+    assert [i.object_key for i in c.list_upload_intents()] == ["wal/next"]
+    c.close()
+    assert sqlite3.connect(db_path).execute(
+        "SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+
+
+def test_listing_is_split_into_orphans_unknown_objects_and_stale_intents() -> None:
+    from kcli.diskless.cleaner import classify_listing
+    from plugins.coordinator.base import UploadIntent
+    from plugins.objectstore.base import ObjectInfo
+
+    now, grace = T0, 60_000
+    old = now - 2 * grace
+
+    def obj(key: str, mtime: int) -> ObjectInfo:
+        return ObjectInfo(key, 10, mtime)
+
+    listed = [obj("wal/committed", old), obj("wal/orphan", old), obj("wal/unknown", old),
+              obj("wal/young-unknown", now), obj("wal/fresh-intent", old), obj("wal/in-flight", old)]
+    intents = [UploadIntent("wal/orphan", 1, old), UploadIntent("wal/fresh-intent", 1, now - 10),
+               UploadIntent("wal/in-flight", 1, old), UploadIntent("wal/put-failed", 1, old),
+               UploadIntent("wal/put-running", 1, now - 10)]
+    scan = classify_listing(listed, intents, {"wal/committed"}, {"wal/in-flight"}, now, grace)
+    assert scan.orphans == ["wal/orphan"]
+    assert scan.unknown == ["wal/unknown"]
+    assert scan.stale_intents == ["wal/put-failed"]

@@ -32,6 +32,7 @@ from tests.diskless_helpers import (
     counter,
     local_wal_objects,
     metrics,
+    record_upload_intent,
     values_in_objects,
     wait_until,
 )
@@ -332,16 +333,22 @@ def test_delete_records_retention_topic_deletion_and_orphans_end_in_object_delet
     a.delete_topics(["gone"])["gone"].result(20)
     wait_until(lambda: not any(on_disk(k) for k in gone_keys), 15, what="deleted topic's objects deleted")
 
-    # orphans: objects under wal/ the coordinator never committed, once older than the grace period
+    # orphans: objects under wal/ with an upload intent the coordinator never committed, once older
+    # than the grace period; an object with no record at all is only reported (an unknown object)
     old = b.data_dir / "objects" / "wal" / str(uuid.uuid4())
     old.write_bytes(b"\x00orphan")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
+    record_upload_intent(b.data_dir, f"wal/{old.name}", at_ms=int(time.time() * 1000) - 3_600_000)
+    unknown = b.data_dir / "objects" / "wal" / str(uuid.uuid4())
+    unknown.write_bytes(b"\x00unknown")
+    os.utime(unknown, (time.time() - 3600, time.time() - 3600))
     foreign = b.data_dir / "objects" / "tiered" / "keep-me"
     foreign.parent.mkdir(parents=True, exist_ok=True)
     foreign.write_bytes(b"not a WAL object")
     os.utime(foreign, (time.time() - 3600, time.time() - 3600))
     wait_until(lambda: not old.exists(), 15, what="orphan collected")
     assert foreign.exists(), "only the WAL prefix is garbage collected"
+    assert unknown.exists(), "an object without an upload intent is never collected automatically"
     assert counter(b.bootstrap, "diskless.cleaner.orphans_deleted") >= 1
     assert counter(b.bootstrap, "diskless.cleaner.deleted_objects") >= len(dr_keys) + len(ret_keys) + len(gone_keys)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm2"})
@@ -382,6 +389,7 @@ def test_gc_and_verify_api_on_demand(broker_factory):
     old = b.data_dir / "objects" / "wal" / str(uuid.uuid4())
     old.write_bytes(b"\x00old")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
+    record_upload_intent(b.data_dir, f"wal/{old.name}", at_ms=int(time.time() * 1000) - 3_600_000)
     dry = admin(b.bootstrap, admin_api.DISKLESS_GC_KEY, {"dry_run": True})
     assert dry["dry_run"] and dry["orphans"] == [f"wal/{old.name}"]
     assert old.exists()
@@ -396,7 +404,8 @@ def test_gc_and_verify_api_on_demand(broker_factory):
     report = admin(b.bootstrap, admin_api.DISKLESS_VERIFY_KEY)
     assert not report["ok"]
     assert [p["problem"] for p in report["problems"]] == ["CRC-32C mismatch"]
-    assert {o["object_key"] for o in report["orphans"]} == {f"wal/{young.name}"}
+    assert report["orphans"] == []
+    assert {o["object_key"] for o in report["unknown_objects"]} == {f"wal/{young.name}"}
     with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION"):
         admin(b.bootstrap, admin_api.DISKLESS_DESCRIBE_KEY, {"topics": ["nope"]})
 
@@ -441,21 +450,16 @@ def test_upload_failure_is_retriable_and_the_idempotent_producer_recovers(broker
     assert sum(p["high_watermark"] for p in desc["partitions"]) == 201, "nothing beyond what was consumed"
 
 
-def _chattr(flag: str, path: object) -> bool:
-    try:
-        return subprocess.run(["chattr", flag, str(path)], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def test_commit_failure_is_retriable_and_leaves_an_orphan_that_is_collected(broker_factory):
     b = broker_factory(FAST)
     create_topic(b.bootstrap, "cf", 1, DISKLESS)
     produce(b.bootstrap, "cf", [b"before"])
-    journal = b.data_dir / "diskless" / "coordinator.db-wal"
-    # An immutable SQLite journal makes every commit fail with a disk I/O error (even for root).
-    if not _chattr("+i", journal):
-        pytest.skip("chattr +i is not available here")
+    # A trigger (added from a second connection to the broker's database) makes every commit_file
+    # fail while upload intents still go in: the uploads happen, their commits do not.
+    import sqlite3
+
+    db = sqlite3.connect(b.data_dir / "diskless" / "coordinator.db", timeout=30, isolation_level=None)
+    db.execute("CREATE TRIGGER fail_commits BEFORE INSERT ON files BEGIN SELECT RAISE(ABORT, 'injected'); END")
     try:
         with WireClient(b.bootstrap) as client:
             resp = client.request(0, 9, produce_body("cf", 0, batch_now([b"raw"])))
@@ -475,7 +479,8 @@ def test_commit_failure_is_retriable_and_leaves_an_orphan_that_is_collected(brok
         assert delivered == [] and errors == []
         assert counter(b.bootstrap, "diskless.commit.errors") >= 1
     finally:
-        _chattr("-i", journal)
+        db.execute("DROP TRIGGER IF EXISTS fail_commits")
+        db.close()
     assert p.flush(30) == 0
     assert errors == [] and sorted(delivered) == sorted(values)
     msgs = consume_all(b.bootstrap, "cf", 51)

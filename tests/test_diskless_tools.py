@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer, TopicPartition
 
-from tests.diskless_helpers import DISKLESS, FAST, wait_until
+from tests.diskless_helpers import DISKLESS, FAST, record_upload_intent, wait_until
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - cli_env is a fixture
 from tests.fixtures_engine import damaged_dataset, kcli_inproc, without_ages
 from tests.fixtures_s3 import moto_server, s3_bucket, s3_env  # noqa: F401 - fixtures
@@ -178,6 +178,7 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     old = wal / str(uuid.uuid4())
     old.write_bytes(b"\x00orphan")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
+    record_upload_intent(b.data_dir, f"wal/{old.name}", at_ms=int(time.time() * 1000) - 3_600_000)  # orphan
     young = wal / str(uuid.uuid4())
     young.write_bytes(b"\x00young")
     os.utime(young, (time.time() + 3600, time.time() + 3600))  # never past the grace period
@@ -211,6 +212,7 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     coord = ("--coordinator", coordinator_uri(b.data_dir))
     orphan2 = wal / str(uuid.uuid4())
     orphan2.write_bytes(b"\x00orphan-two")
+    record_upload_intent(b.data_dir, f"wal/{orphan2.name}")
     waiting = kcli_inproc("diskless", "gc", "--dry-run", *coord, "-o", "json").json()  # default grace 60 s
     assert waiting["waiting"] == [h_object["object_key"]] and waiting["deleted"] == [] and waiting["orphans"] == []
     assert waiting["waiting_bytes"] == h_object["file_size"]
@@ -272,7 +274,9 @@ def test_usage_errors_exit_2_and_failures_exit_1(tmp_path, cli_env):  # noqa: F8
         (("diskless", "gc", "--object-store", "file:///tmp"), 2, "--coordinator"),
         (("diskless", "objects", "--key", "k", "--topic", "t", *coord), 2, "--key or --topic"),
         (("diskless", "describe", "--coordinator", f"sqlite://{tmp_path}/nope.db"), 2, "no database"),
-        (("diskless", "describe", "--coordinator", "postgres://x/y"), 2, "unsupported coordinator URI"),
+        (("diskless", "describe", "--coordinator", "mysql://x/y"), 2, "unsupported coordinator URI"),
+        (("diskless", "describe", "--coordinator", "postgresql://kcli@127.0.0.1:1/x"), 2,
+         "cannot open coordinator database postgresql://kcli@127.0.0.1:1/x"),
         (("diskless", "gc", *coord, "--object-store", "ftp://x"), 2, "unsupported object store URI"),
         (("diskless", "describe", "--topic", "nope", *coord), 1, "UNKNOWN_TOPIC_OR_PARTITION"),
         (("diskless", "objects", "--topic", "nope", *coord), 1, "UNKNOWN_TOPIC_OR_PARTITION"),

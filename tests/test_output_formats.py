@@ -372,6 +372,13 @@ def _build(w: World) -> None:
     orphan.write_bytes(b"\x00not committed")
     old = time.time() - 86400  # older than the cleaner's grace period
     os.utime(orphan, (old, old))
+    # an orphan has an upload intent (kcli/diskless/cleaner.py); an object without one is unknown
+    from tests.diskless_helpers import record_upload_intent
+
+    record_upload_intent(w.data, f"wal/{orphan.name}", at_ms=int(old * 1000))
+    unknown = w.data / "objects" / "wal" / str(uuid.uuid4())
+    unknown.write_bytes(b"\x00no record")
+    os.utime(unknown, (old, old))
     # files for dump-log: a damaged copy of a segment, a transaction index
     segment = w.data / "orders-0" / "00000000000000000000.log"
     damaged = w.tmp / "damaged" / "00000000000000000000.log"
@@ -508,7 +515,8 @@ CASES = [
     Case("diskless-objects", "diskless objects", "kcli diskless objects",
          lambda w, f: ["diskless", "objects", "--batches", "-b", w.b]),
     Case("diskless-verify", "diskless verify", "kcli diskless verify",
-         lambda w, f: ["diskless", "verify", "-b", w.b], code=1, volatile=("orphans[].age_ms",)),
+         lambda w, f: ["diskless", "verify", "-b", w.b], code=1,
+         volatile=("orphans[].age_ms", "unknown_objects[].age_ms")),
     Case("diskless-gc", "diskless gc", "kcli diskless gc", lambda w, f: ["diskless", "gc", "--dry-run", "-b", w.b]),
     Case("runbook-validate", "runbook validate", "kcli runbook validate",
          lambda w, f: ["runbook", "validate", str(w.files["runbook"])]),

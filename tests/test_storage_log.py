@@ -378,9 +378,12 @@ def test_recovery_truncates_a_torn_tail(tmp_path: Path) -> None:
     last = parse_batches(data)[-1]
     with open(active, "r+b") as f:
         f.truncate(last.position + last.size // 2)  # a crash mid-write of the last batch
+    (path / RECOVERY_POINT_FILE).write_text("0\n36\n")  # ... before that batch was flushed
     plog = open_log(path, index_interval_bytes=300)
     assert plog.log_end_offset == 36
     assert active.stat().st_size == last.position
+    (aside,) = path.glob("00000000000000000000.log.truncated-*")  # the cut bytes, moved aside
+    assert aside.read_bytes() == data[last.position : last.position + last.size // 2]
     check_partition_files(plog, 300, sealed_active=True)
     for offset in range(36):
         (batch,) = parse_batches(plog.read(offset, 1).records)
@@ -425,9 +428,61 @@ def test_recovery_cuts_a_corrupt_batch_and_every_later_segment(tmp_path: Path) -
     assert [s.base_offset for s in plog.segments()] == [infos[0].base_offset, victim.base_offset]
     for later in infos[2:]:
         assert not later.log_path.exists() and not later.index_path.exists()
+        assert len(list(path.glob(later.log_path.name + ".truncated-*"))) == 1  # moved aside, not deleted
     check_partition_files(plog, 4096, sealed_active=True)
     assert plog.append(build(1), now_ms=1).base_offset == bad.base_offset
     plog.close()
+
+
+def _flip(path: Path, at: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x5A]))
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean-shutdown", "below-recovery-point"])
+def test_damage_in_trusted_batches_is_never_cut_and_reads_report_it(tmp_path: Path, clean: bool) -> None:
+    """After a clean shutdown nothing is verified; after a crash nothing below the recovery
+    point is. A flipped record byte and a destroyed header stay on disk; reads of them answer
+    CORRUPT_MESSAGE, everything else stays readable and the log goes on after them."""
+    path = tmp_path / "t-0"
+    plog = open_log(path, index_interval_bytes=300)
+    for _ in range(30):
+        plog.append(build(3, value_size=150), now_ms=1)
+    plog.close()  # recovery point = log end = 90
+    seg = path / "00000000000000000000.log"
+    batches = parse_batches(seg.read_bytes())
+    _flip(seg, batches[10].position + batches[10].size - 3)  # record bytes: the CRC fails
+    _flip(seg, batches[20].position + 16)  # the magic byte: an impossible header
+    _flip(seg, batches[25].position + 2)  # the base offset, which the CRC does not cover
+    damaged = seg.read_bytes()
+    if clean:
+        (path / RECOVERY_POINT_FILE).unlink()  # the marker alone decides: nothing is verified
+    flags = {"clean_shutdown": True} if clean else {}  # a crash: only the recovery point protects
+    plog = PartitionLog.open(path, LogConfig.from_dict({"index.interval.bytes": "300"}), **flags)
+    assert seg.read_bytes() == damaged and not list(path.glob("*.truncated-*"))
+    assert plog.log_end_offset == 90
+    for bad in (batches[10], batches[20], batches[25]):
+        for offset in (bad.base_offset, bad.last_offset):
+            with pytest.raises(LogError) as err:
+                plog.read(offset, 1 << 20)
+            assert err.value.code == CORRUPT_MESSAGE and str(seg) in str(err.value)
+    served = parse_batches(plog.read(batches[22].base_offset, 1 << 20).records)
+    assert [b.base_offset for b in served] == [batches[22].base_offset, batches[23].base_offset, batches[24].base_offset]
+    served = parse_batches(plog.read(batches[8].base_offset, 1 << 20).records)
+    assert [b.base_offset for b in served] == [batches[8].base_offset, batches[9].base_offset]
+    served = parse_batches(plog.read(batches[15].base_offset, 1 << 20).records)  # stops before the bad header
+    assert [b.base_offset for b in served] == [b.base_offset for b in batches[15:20]]
+    for good in (batches[11], batches[21], batches[26], batches[29]):  # the walk resumed after the bad headers
+        (first, *_rest) = parse_batches(plog.read(good.base_offset, 1 << 20).records)
+        assert first.base_offset == good.base_offset
+    assert plog.append(build(2), now_ms=1).base_offset == 90  # into a new segment after the damage
+    assert parse_batches(plog.read(90, 1 << 20).records)[0].base_offset == 90
+    assert [s.base_offset for s in plog.segments()] == [0, 90]
+    plog.close()
+    assert seg.read_bytes() == damaged
 
 
 def test_missing_or_corrupt_indexes_are_rebuilt_identically(tmp_path: Path) -> None:
@@ -460,10 +515,14 @@ def test_orphan_and_stray_files_are_removed(tmp_path: Path) -> None:
     (path / "00000000000000000042.timeindex").write_bytes(b"")
     (path / "00000000000000000007.log.deleted").write_bytes(b"x")
     (path / "leader-epoch-checkpoint").write_text("0\n0\n")  # not ours: left alone
+    (path / "00000000000000000000.log.truncated-1700000000000").write_bytes(b"x")  # moved aside: the operator's
+    (path / "00000000000000000000.log.truncated-1700000000001.tmp").write_bytes(b"x")  # a crash mid-copy
     plog = open_log(path)
     names = sorted(p.name for p in path.iterdir())
     assert "00000000000000000042.index" not in names and "00000000000000000007.log.deleted" not in names
     assert "leader-epoch-checkpoint" in names
+    assert "00000000000000000000.log.truncated-1700000000000" in names
+    assert "00000000000000000000.log.truncated-1700000000001.tmp" not in names
     plog.close()
 
 
@@ -605,6 +664,7 @@ def test_log_start_past_the_end_on_open_starts_an_empty_log_there(tmp_path: Path
     assert (plog.log_start_offset, plog.log_end_offset) == (1000, 1000)
     assert [s.base_offset for s in plog.segments()] == [1000]
     assert not (path / "00000000000000000000.log").exists()
+    assert len(list(path.glob("00000000000000000000.log.truncated-*"))) == 1  # moved aside, not deleted
     assert plog.append(build(1), now_ms=1).base_offset == 1000
     plog.close()
 

@@ -21,13 +21,14 @@ from typing import Any
 from kcli.broker.broker_config import BrokerConfig
 from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
 from kcli.broker.metadata_log import (
-    MetadataLog,
     PartitionState,
     TopicState,
     partition_record,
     record,
 )
 from kcli.protocol.errors import BrokerError
+from kcli.storage.errors import LogError
+from kio.schema.errors import ErrorCode
 
 log = logging.getLogger("kcli.broker")
 
@@ -45,6 +46,21 @@ POLICY_VIOLATION = 44
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Names no client may create (Kafka's ControllerApis refuses __cluster_metadata with INVALID_REQUEST
+# "Creation of internal topic ... is prohibited."); kcli keeps its own state in data-dir entries
+# with these names, and the group coordinator and transaction log own the first two.
+RESERVED_TOPICS = INTERNAL_TOPICS | frozenset({"__share_group_state", "__cluster_metadata", "__remote_log_metadata"})
+
+
+MAX_FILE_NAME_BYTES = 255  # NAME_MAX of every file system Kafka supports
+
+
+def log_delete_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<p>.<uuid hex>-delete`` with the topic cut so the name fits 255 bytes, as Kafka's
+    LocalLog.logDirNameWithSuffixCappedLength does: a legal 249-character topic name plus the
+    suffix would otherwise overflow the file name limit and the rename would fail."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+    return topic[:max(0, MAX_FILE_NAME_BYTES - len(suffix))] + suffix
 
 
 class DataDirError(Exception):
@@ -154,7 +170,12 @@ class Broker:
         self.listen_port = port
         self.node_id = config.get_int("node.id")
         self.rack: str | None = config.get_str("broker.rack") or None
-        self.metadata = MetadataLog(self.data_dir)
+        from kcli.cluster.factory import open_store
+
+        # Shared cluster state (metadata records, registrations, controller) behind one interface:
+        # the local metadata log, or PostgreSQL with `--cluster URL` (kcli/cluster/).
+        self.metadata = open_store(config, self.data_dir)
+        self._known: dict[str, tuple[TopicState, set[int], dict[str, str]]] = {}
         self.logs: dict[tuple[str, int], Any] = {}
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
@@ -174,6 +195,7 @@ class Broker:
         self.advertised_host = host
         self.advertised_port = port
         self._lock_fd: int | None = None
+        self._logs_loaded = False  # every classic log opened at start (close may then mark clean)
         self._tasks: list[asyncio.Task[Any]] = []
         self.started_ms = now_ms()
         from kcli.broker.metrics import Metrics
@@ -214,23 +236,41 @@ class Broker:
         from kcli.broker.server import KafkaServer
 
         self._lock_data_dir()
+        from kcli.cluster.state import ClusterStoreError
+
         try:
             self.metadata.open()
+        except ClusterStoreError as err:
+            self._release_lock()
+            raise DataDirError(str(err)) from None
         except Exception as err:
             self._release_lock()
             raise DataDirError(f"cannot read cluster metadata in {self.data_dir}: {err}") from None
         try:
             if not self.state.cluster_id:
                 cid = self.config.get_str("cluster.id") or _kafka_uuid_str(uuid.uuid4())
-                self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
+                try:
+                    self.metadata.append([record("ClusterIdRecord", clusterId=cid)])
+                except BrokerError:
+                    if not self.state.cluster_id:  # not "another broker of the cluster set it first"
+                        raise
             self._attach_extensions()
             await self._open_storage()
+            self._known = {n: (t, set(t.partitions), dict(t.configs)) for n, t in self.state.topics.items()}
+            self.metadata.set_listener(self._metadata_applied)
         except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
             await self.close()
             raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
         self.server = KafkaServer(self, self.listen_host, self.listen_port)
         host, port = await self.server.start()
         self.advertised_host, self.advertised_port = self._advertised(host, port)
+        try:  # in a cluster: refused while another live process holds this node id
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.metadata.register_broker, self.node_id, self.rack, self.advertised_host, self.advertised_port)
+        except ClusterStoreError as err:
+            await self.close()
+            raise DataDirError(str(err)) from None
+        self._spawn(self.metadata.run(lambda: self.stopping), "cluster-state")
         try:
             self._write_runtime_file()
         except OSError as err:
@@ -274,11 +314,26 @@ class Broker:
     async def _open_storage(self) -> None:
         from kcli.broker.groups import GroupCoordinator
 
+        from kcli.storage.log import CLEAN_SHUTDOWN_FILE, remove_clean_shutdown_marker
+
+        # Kafka's LogManager: after a clean shutdown logs load without recovery; the marker goes
+        # before anything is written, so a crash from here on is unclean again.
+        clean = (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        all_opened = True
         for t in list(self.state.topics.values()):
             if self.is_diskless(t):
                 continue
             for p in t.partitions.values():
-                self._open_log(t, p.partition)
+                try:
+                    self._open_log(t, p.partition, clean_shutdown=clean)
+                except (OSError, ValueError, LogError) as err:
+                    all_opened = False
+                    # One unusable partition dir must not keep every other topic offline;
+                    # the partition stays unavailable until the operator fixes the dir.
+                    log.error("partition %s-%d is offline: cannot open %s: %s", t.name, p.partition,
+                              self.partition_dir(t.name, p.partition), getattr(err, "strerror", None) or err)
+        remove_clean_shutdown_marker(self.data_dir)
+        self._logs_loaded = all_opened  # a partition never recovered must not be called clean at close
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int)
         await self.groups.start()
         for hook in self.extensions:
@@ -318,13 +373,22 @@ class Broker:
                 await hook.close()
             except Exception:  # pragma: no cover
                 log.exception("closing %s failed", hook)
+        clean = self._logs_loaded
         for lg in self.logs.values():
             try:
                 lg.flush()
                 lg.close()
             except Exception:  # pragma: no cover
+                clean = False
                 log.exception("closing log failed")
         self.logs.clear()
+        if clean:  # every log flushed and closed: the next start may skip recovery (Kafka's rule)
+            from kcli.storage.log import write_clean_shutdown_marker
+
+            try:
+                write_clean_shutdown_marker(self.data_dir)
+            except Exception as err:  # the next start simply recovers
+                log.error("cannot write the clean-shutdown marker: %s", err)
         self.metadata.close()
         try:
             (self.data_dir / "broker.json").unlink()
@@ -424,6 +488,8 @@ class Broker:
                      configs: dict[str, str | None], *, validate_only: bool = False,
                      assignments: dict[int, list[int]] | None = None) -> TopicState | None:
         validate_topic_name(name)
+        if name in RESERVED_TOPICS:
+            raise BrokerError(INVALID_REQUEST, f"Creation of internal topic {name} is prohibited.")
         if name in self.state.topics:
             raise BrokerError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if assignments:
@@ -443,6 +509,8 @@ class Broker:
         clean = self.validate_topic_configs(configs, creating=True)
         if validate_only:
             return None
+        if clean.get("diskless.enable") == "true":
+            self.diskless.check_writable()  # before the records: no topic over a store we cannot write
         topic_id = uuid.uuid4()
         recs = [record("TopicRecord", name=name, topicId=topic_id)]
         for p in range(num_partitions):
@@ -451,14 +519,8 @@ class Broker:
             recs.append(record("ConfigRecord", resourceType=2, resourceName=name, name=k, value=v))
         if clean.get("remote.storage.enable") == "true":
             recs.append(record("TopicTieredStateRecord", topicId=topic_id, tieredEpoch=0, tieredState="ENABLED"))
-        self.metadata.append(recs)
-        t = self.state.topics[name]
-        if self.is_diskless(t):
-            self.diskless.create_partitions(t, range(num_partitions))
-        else:
-            for p in range(num_partitions):
-                self._open_log(t, p)
-        return t
+        self.metadata.append(recs)  # logs / diskless partitions: _metadata_applied
+        return self.state.topics[name]
 
     def delete_topic(self, name: str) -> None:
         if not self.config.get_bool("delete.topic.enable"):
@@ -466,8 +528,7 @@ class Broker:
         t = self.state.topics.get(name)
         if t is None:
             raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        self.metadata.append([record("RemoveTopicRecord", topicId=t.topic_id)])
-        self._drop_topic_data(t)
+        self.metadata.append([record("RemoveTopicRecord", topicId=t.topic_id)])  # data: _metadata_applied
 
     def _drop_topic_data(self, t: TopicState) -> None:
         for (topic, p) in [k for k in self.logs if k[0] == t.name]:
@@ -494,15 +555,12 @@ class Broker:
                 hook.validate_create_partitions(t, count)
         if validate_only:
             return
+        if self.is_diskless(t):
+            self.diskless.check_writable()  # before the records, as in create_topic
         start = max(t.partitions) + 1 if t.partitions else 0
         new = range(start, start + (count - current))
         recs = [partition_record(t.topic_id, PartitionState(p, self.node_id, [self.node_id], [self.node_id])) for p in new]
-        self.metadata.append(recs)
-        if self.is_diskless(t):
-            self.diskless.create_partitions(t, new)
-        else:
-            for p in new:
-                self._open_log(t, p)
+        self.metadata.append(recs)  # logs / diskless partitions: _metadata_applied
 
     def alter_topic_configs(self, name: str, changes: dict[str, str | None], *, incremental: bool,
                             validate_only: bool = False) -> None:
@@ -545,12 +603,47 @@ class Broker:
         extra: list[dict[str, Any]] = []
         for hook in self.extensions:
             extra += hook.config_change_records(t, old, new_configs)
-        self.metadata.append(recs + extra)
-        for (topic, p), lg in self.logs.items():
-            if topic == name:
-                lg.update_config(self.log_config(t))
-        for hook in self.extensions:
-            hook.config_changed(t, old, new_configs)
+        self.metadata.append(recs + extra)  # logs and features hear of it in _metadata_applied
+
+    def _metadata_applied(self, records: list[dict[str, Any]]) -> None:
+        """The one path for acting on applied metadata records, whether this broker appended them
+        or learned them from the cluster store: open the logs (or diskless partitions) of new
+        partitions, drop the data of removed topics, pass config changes to logs and features.
+        It compares the state with what it saw last, so a batch from any source is handled alike;
+        a failure for one topic is raised after the others were handled."""
+        first_error: BaseException | None = None
+        for name, (old_t, _parts, _cfg) in list(self._known.items()):
+            if self.state.topics.get(name) is not old_t:
+                del self._known[name]
+                try:
+                    self._drop_topic_data(old_t)
+                except Exception as err:  # noqa: BLE001 - raised below
+                    first_error = first_error or err
+        for name, t in list(self.state.topics.items()):
+            known = self._known.get(name)
+            parts = set(t.partitions)
+            new_parts = parts if known is None else parts - known[1]
+            old_cfg = None if known is None else known[2]
+            self._known[name] = (t, parts, dict(t.configs))
+            try:
+                if new_parts:
+                    if not self.is_diskless(t):
+                        for p in sorted(new_parts):
+                            self._open_log(t, p)
+                    elif self.diskless is not None:
+                        self.diskless.create_partitions(t, range(min(new_parts), max(new_parts) + 1))
+                    else:
+                        log.error("diskless topic %s: diskless.system.enable is off on this broker", name)
+                if old_cfg is not None and old_cfg != t.configs:
+                    for (topic, p), lg in self.logs.items():
+                        if topic == name:
+                            lg.update_config(self.log_config(t))
+                    for hook in self.extensions:
+                        hook.config_changed(t, old_cfg, dict(t.configs))
+            except Exception as err:  # noqa: BLE001 - raised below
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
 
     # ---- logs ------------------------------------------------------------------------------
     def log_config(self, t: TopicState) -> Any:
@@ -562,7 +655,11 @@ class Broker:
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def _open_log(self, t: TopicState, partition: int) -> Any:
+    def partition_delete_dir(self, topic: str, partition: int) -> Path:
+        """Where a partition dir is renamed before its recursive delete (Kafka's LocalLog.logDeleteDirName)."""
+        return self.data_dir / log_delete_dir_name(topic, partition)
+
+    def _open_log(self, t: TopicState, partition: int, *, clean_shutdown: bool = False) -> Any:
         from kcli.storage.log import PartitionLog, write_partition_metadata
 
         d = self.partition_dir(t.name, partition)
@@ -570,7 +667,7 @@ class Broker:
         d.mkdir(parents=True, exist_ok=True)
         if fresh:
             write_partition_metadata(d, t.topic_id)
-        lg = PartitionLog.open(d, self.log_config(t))
+        lg = PartitionLog.open(d, self.log_config(t), clean_shutdown=clean_shutdown)
         self.logs[(t.name, partition)] = lg
         return lg
 
@@ -659,28 +756,46 @@ class Broker:
         return low
 
     def allocate_producer_id(self) -> int:
-        pid = self.state.next_producer_id
-        self.metadata.append([record("ProducerIdsRecord", nextProducerId=pid + 1)])
-        return pid
+        for attempt in range(3):
+            pid = self.state.next_producer_id
+            try:
+                self.metadata.append([record("ProducerIdsRecord", nextProducerId=pid + 1)])
+                return pid
+            except BrokerError as err:
+                # In a cluster another broker may have taken this id first; the refused append
+                # caught the state up (kcli/cluster/conflicts.py), so the next id is free.
+                if err.code != ErrorCode.not_controller or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     # ---- background ------------------------------------------------------------------------
     async def _retention_loop(self) -> None:
+        from kcli.broker.background import TaskGuard
+
         interval = self.config.get_int("log.retention.check.interval.ms") / 1000
+        # one partition whose retention fails is logged once and backed off; the others proceed
+        guard = TaskGuard("log-retention", self.metrics, log)
+
+        async def one_round() -> int:
+            return self.run_retention(guard)
+
         while not self.stopping:
             await asyncio.sleep(interval)
-            try:
-                self.run_retention()
-            except Exception:  # pragma: no cover - keep the loop alive
-                log.exception("retention check failed")
+            await guard.round(one_round, "retention round")
 
-    def run_retention(self) -> int:
+    def run_retention(self, guard: Any = None) -> int:
+        """Classic retention of every local log (each partition through ``guard``, a
+        :class:`kcli.broker.background.TaskGuard`, when given); returns segments deleted."""
         deleted = 0
         now = now_ms()
         for (topic, p), lg in list(self.logs.items()):
             t = self.topic(topic)
             if t is not None and self.tiered is not None and self.tiered.manages(t):
                 continue  # the remote log manager applies local and total retention itself
-            deleted += lg.delete_retention(now)
+            if guard is None:
+                deleted += lg.delete_retention(now)
+            else:
+                deleted += guard.step_sync((topic, p), f"{topic}-{p}", lambda: lg.delete_retention(now)) or 0
         return deleted
 
 

@@ -14,6 +14,7 @@ PLUGIN_PREFIXES = (
     "remote.log.storage.manager.impl.",
     "remote.log.metadata.manager.impl.",
     "kcli.fault.",
+    "kcli.cluster.",  # kcli.cluster.url from `kcli broker start --cluster URL`
 )
 
 
@@ -44,6 +45,21 @@ class BrokerConfig:
         self.plugin: dict[str, str] = {}
         for name, raw in (overrides or {}).items():
             self.set(name, raw)
+        self._check_request_bytes()
+
+    def _check_request_bytes(self) -> None:
+        """Kafka's rule: a bounded queued.max.request.bytes must hold one whole request."""
+        queued = self.get_int("queued.max.request.bytes")
+        if "queued.max.request.bytes" in self.explicit and 0 < queued < self.get_int("socket.request.max.bytes"):
+            raise ConfigError("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
+
+    def queued_max_request_bytes(self) -> int:
+        """The effective budget (<= 0: unbounded). Left at kcli's default, it grows with
+        socket.request.max.bytes rather than refusing a larger request size."""
+        queued = self.get_int("queued.max.request.bytes")
+        if queued <= 0 or "queued.max.request.bytes" in self.explicit:
+            return queued
+        return max(queued, self.get_int("socket.request.max.bytes"))
 
     def set(self, name: str, raw: str) -> None:
         if name.startswith(PLUGIN_PREFIXES) and name not in BROKER_CONFIGS:

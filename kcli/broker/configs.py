@@ -105,7 +105,19 @@ def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
     return {d.name: d for d in defs}
 
 
-_CLEANUP = one_of("delete", "compact")
+def non_empty(inner: Validator) -> Validator:
+    """A list config that must name at least one value. kcli's logs have no "neither delete nor
+    compact" mode, so an empty cleanup.policy is refused up front instead of at the next start."""
+
+    def check(name: str, value: Any) -> None:
+        if isinstance(value, list) and not value:
+            raise ConfigError(f"Invalid empty value for configuration {name}: the list must name at least one value")
+        inner(name, value)
+
+    return check
+
+
+_CLEANUP = non_empty(one_of("delete", "compact"))
 _TS_TYPE = one_of("CreateTime", "LogAppendTime")
 _COMPRESSION = one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _DISABLE_POLICY = one_of("retain", "delete")
@@ -158,12 +170,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("advertised.listeners", "list", [], "Address given to clients; defaults to the listener.", read_only=True),
     ConfigDef("log.dirs", "string", "", "Data directory.", read_only=True),
     ConfigDef("broker.rack", "string", "", "Rack of this broker.", read_only=True),
+    # Cluster mode (kcli/cluster/): Kafka's KRaft broker lease settings
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "How often a broker renews its registration lease.", at_least(100), read_only=True),
+    ConfigDef("broker.session.timeout.ms", "int", 9000, "A broker whose lease is older leaves Metadata responses.", at_least(500), read_only=True),
     ConfigDef("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
     ConfigDef("default.replication.factor", "int", 1, "", at_least(1)),
     ConfigDef("auto.create.topics.enable", "boolean", True, "Create unknown topics on metadata requests."),
     ConfigDef("delete.topic.enable", "boolean", True, ""),
     ConfigDef("message.max.bytes", "int", 1048588, "Largest record batch size allowed.", at_least(0)),
     ConfigDef("socket.request.max.bytes", "int", 104857600, "Largest request size.", at_least(1)),
+    # Kafka's default is -1 (unbounded); kcli bounds it (docs/reliability.md). <= 0 means unbounded, as in Kafka.
+    ConfigDef("queued.max.request.bytes", "long", 104857600,
+              "Bytes of large requests being read, broker-wide, before reading pauses.", read_only=True),
+    ConfigDef("connections.max.idle.ms", "long", 600000,
+              "Close a connection that read and wrote nothing for this long (< 0: never).", read_only=True),
     ConfigDef("log.segment.bytes", "int", 1073741824, "", at_least(14)),
     ConfigDef("log.roll.ms", "long", 604800000, "", at_least(1)),
     ConfigDef("log.retention.ms", "long", 604800000, "", at_least(-1)),

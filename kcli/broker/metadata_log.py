@@ -5,17 +5,28 @@ File ``<data_dir>/__cluster_metadata/metadata.log``; one record per line as
 so a metadata change that was answered survives a crash. A torn or corrupt last line (the
 crash happened mid-write) is cut off on replay; damage before the last line stops start-up
 with a clear error instead of guessing.
+
+Every record is checked by :func:`check_record` before it is written, so no request can store
+a record the broker cannot replay. A record that is whole (good CRC) but unusable — written by an
+older kcli, or edited by hand — is skipped on replay with one log line: one topic's bad config
+never keeps the broker down (the topic keeps its previous value, or the default).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
 from kcli.crcjson import decode_line, encode_line
+from kcli.protocol.errors import BrokerError
+
+log = logging.getLogger("kcli.broker.metadata")
 
 # Partition modes (KIP-694).
 MODE_READ_WRITE = 0
@@ -26,6 +37,79 @@ MODE_NAMES = {MODE_READ_WRITE: "ReadWrite", MODE_READ_ONLY: "ReadOnly", MODE_NON
 
 class MetadataLogError(Exception):
     """The metadata log cannot be read or written."""
+
+
+class InvalidRecordError(BrokerError):
+    """A metadata record the broker could not replay; refused before it is written."""
+
+
+INVALID_CONFIG = 40
+UNKNOWN_SERVER_ERROR = -1
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+# Fields each record type must carry, with their JSON types; _apply reads exactly these.
+_INT, _STR, _LIST = (int,), (str,), (list,)
+_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "ClusterIdRecord": {"clusterId": _STR},
+    "TopicRecord": {"name": _STR, "topicId": _STR},
+    "PartitionRecord": {"topicId": _STR, "partitionId": _INT, "leader": _INT, "replicas": _LIST, "isr": _LIST},
+    "PartitionChangeRecord": {"topicId": _STR, "partitionId": _INT},
+    "DeleteTopicPartitionsRecord": {"topicId": _STR, "partitions": _LIST, "deleteAtMs": _INT},
+    "ConfigRecord": {"resourceType": _INT, "resourceName": _STR, "name": _STR},
+    "TopicTieredStateRecord": {"topicId": _STR, "tieredEpoch": _INT, "tieredState": _STR},
+    "RemoveTopicRecord": {"topicId": _STR},
+    "ProducerIdsRecord": {"nextProducerId": _INT},
+}
+
+
+def check_record(rec: Any) -> None:
+    """Raise InvalidRecordError unless ``rec`` can be replayed: a known type, its fields present
+    with the right types, ids that parse, a legal topic name, and config values that pass the
+    same validation a request gets (so start-up never meets a value it refuses)."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("data"), dict):
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, "metadata record is not {type, data}")
+    kind, d = rec.get("type"), rec["data"]
+    fields = _REQUIRED.get(kind) if isinstance(kind, str) else None
+    if fields is None:
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"unknown metadata record type {kind}")
+    for name, types in fields.items():
+        v = d.get(name)
+        if not isinstance(v, types) or isinstance(v, bool):
+            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind} field {name} is missing or not {types[0].__name__}")
+    try:
+        if "topicId" in d:
+            uuid.UUID(d["topicId"])
+    except ValueError:
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind} has a bad topicId {d['topicId']!r}") from None
+    if kind == "TopicRecord" and (not _LEGAL_TOPIC.match(d["name"]) or d["name"] in (".", "..")):
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"TopicRecord has an illegal topic name {d['name']!r}")
+    if kind == "ConfigRecord":
+        _check_config(d)
+
+
+def _check_config(d: dict[str, Any]) -> None:
+    if "value" not in d:  # null deletes the config; absent is a malformed record
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"ConfigRecord of {d['name']} has no value field")
+    value = d["value"]
+    if value is not None and not isinstance(value, str):
+        raise InvalidRecordError(INVALID_CONFIG, f"ConfigRecord value of {d['name']} is not a string")
+    if d["resourceType"] == TOPIC_RESOURCE:
+        defs = TOPIC_CONFIGS
+    elif d["resourceType"] == BROKER_RESOURCE:
+        defs = BROKER_CONFIGS
+    else:
+        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"ConfigRecord has an unknown resource type {d['resourceType']}")
+    cd = defs.get(d["name"])
+    if cd is None:
+        raise InvalidRecordError(INVALID_CONFIG, f"Unknown {'topic' if defs is TOPIC_CONFIGS else 'broker'} config name: {d['name']}")
+    if value is None:
+        return
+    try:
+        parse_value(cd, value)
+    except ConfigError as err:
+        raise InvalidRecordError(INVALID_CONFIG, str(err)) from None
 
 
 @dataclass
@@ -128,6 +212,11 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
         raise MetadataLogError(f"unknown metadata record type {kind}")
 
 
+def apply_record(state: ClusterState, rec: dict[str, Any]) -> None:
+    """Apply one checked record to ``state`` (shared by every cluster-state store, kcli/cluster/)."""
+    _apply(state, rec)
+
+
 def record(kind: str, **data: Any) -> dict[str, Any]:
     """A metadata record ``{"type": kind, "data": {...}}`` with UUIDs as strings."""
     clean = {k: (str(v) if isinstance(v, uuid.UUID) else v) for k, v in data.items()}
@@ -166,7 +255,14 @@ class MetadataLog:
                 if is_last:
                     break  # torn tail from a crash: drop it
                 raise MetadataLogError(f"corrupt record at byte {pos} of {self.path}")
-            _apply(self.state, rec)
+            try:
+                check_record(rec)
+                _apply(self.state, rec)
+            except (InvalidRecordError, KeyError, TypeError, ValueError) as err:
+                # Whole but unusable: skip it, keep the broker (and the topic) up.
+                kind = rec.get("type") if isinstance(rec, dict) else None
+                log.error("ignoring metadata record %s at byte %d of %s: %s", kind, pos, self.path,
+                          getattr(err, "message", None) or err)
             good_end = min(end, len(data))
             pos = end
         if good_end < len(data):
@@ -181,6 +277,8 @@ class MetadataLog:
         records = list(records)
         if not records:
             return
+        for rec in records:  # the one gate every metadata change passes (raises InvalidRecordError)
+            check_record(rec)
         if self._fd is None:
             raise MetadataLogError("metadata log is not open")
         chunk = bytearray()
@@ -192,7 +290,9 @@ class MetadataLog:
             while view:  # a full disk or a file size limit can make a write short
                 view = view[os.write(self._fd, view):]
             os.fsync(self._fd)
-        except OSError:
+        except OSError as err:
+            if self.state.cluster_id:  # before it, only a first start appends, and reports its own error line
+                log.error("%s: append of %d metadata record(s) failed: %s", self.path, len(records), err)
             # A torn record left here would sit before the next append and make the log unreadable.
             try:
                 os.ftruncate(self._fd, start)

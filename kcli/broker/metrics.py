@@ -1,9 +1,9 @@
-"""Counters and latency summaries the broker exposes to `kcli broker metrics`."""
+"""Counters, latency summaries and gauges the broker exposes to `kcli broker metrics`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -39,6 +39,11 @@ class Metrics:
     def __init__(self) -> None:
         self.counters: dict[str, int] = {}
         self.summaries: dict[str, Summary] = {}
+        self.gauges: dict[str, Callable[[], Any]] = {}
+
+    def register_gauge(self, name: str, fn: Callable[[], Any]) -> None:
+        """A point-in-time value read at each snapshot (e.g. partitions in back-off)."""
+        self.gauges[name] = fn
 
     def inc(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -51,4 +56,5 @@ class Metrics:
 
     def snapshot(self) -> dict[str, Any]:
         return {"counters": dict(sorted(self.counters.items())),
-                "summaries": {k: v.snapshot() for k, v in sorted(self.summaries.items())}}
+                "summaries": {k: v.snapshot() for k, v in sorted(self.summaries.items())},
+                "gauges": {k: fn() for k, fn in sorted(self.gauges.items())}}

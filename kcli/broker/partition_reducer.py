@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
+from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.broker.metadata_log import MODE_NAMES, MODE_NONE, MODE_READ_ONLY, MODE_READ_WRITE, record
 from kcli.protocol.errors import TOPIC_UNDER_CHANGES, BrokerError
@@ -118,6 +119,8 @@ class PartitionReducer(BrokerExtension):
         super().__init__(broker)
         self._task: asyncio.Task[None] | None = None
         self._deleting: set[tuple[uuid.UUID, int]] = set()
+        # a topic whose deletion fails is logged once and backed off; the other topics proceed
+        self.guard = TaskGuard("partition-deletion", broker.metrics, log)
 
     @property
     def enabled(self) -> bool:
@@ -126,7 +129,8 @@ class PartitionReducer(BrokerExtension):
     # ---- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         self._sweep_doomed_dirs()
-        done = await self.run_due()  # deletions whose delay passed while the broker was down
+        # deletions whose delay passed while the broker was down; a failing one never stops the start
+        done = await self.guard.round(self.run_due, "deletion round at start") or 0
         if done:
             log.info("deleted %d partitions whose deletion delay passed while the broker was down", done)
         self._task = asyncio.create_task(self._loop(), name="partition-reducer")
@@ -141,10 +145,7 @@ class PartitionReducer(BrokerExtension):
         interval_s = self.broker.config.get_int(INTERVAL_CONFIG) / 1000
         while not self.broker.stopping:
             await asyncio.sleep(interval_s)
-            try:
-                await self.run_due()
-            except Exception:  # pragma: no cover - keep the loop alive
-                log.exception("delayed partition deletion failed")
+            await self.guard.round(self.run_due, "deletion round")
 
     def _sweep_doomed_dirs(self) -> None:
         for d in self.broker.data_dir.iterdir():
@@ -288,13 +289,15 @@ class PartitionReducer(BrokerExtension):
         return outcomes
 
     async def run_due(self, at_ms: int | None = None) -> int:
-        """Delete every ReadOnly partition whose delete time has passed; returns how many."""
+        """Delete every ReadOnly partition whose delete time has passed; returns how many.
+        Topic by topic: one whose deletion fails is backed off while the others proceed."""
         now = now_ms() if at_ms is None else at_ms
         done = 0
         for t in list(self.broker.state.topics.values()):
             due = [p.partition for p in self.pending(t) if p.delete_at_ms is not None and p.delete_at_ms <= now]
             if due:
-                done += await self._delete_now(t, due)
+                done += await self.guard.step(t.topic_id, f"{t.name} partitions {due}",
+                                              lambda t=t, due=due: self._delete_now(t, due)) or 0
         return done
 
     async def _delete_now(self, t: "TopicState", partitions: list[int]) -> int:
@@ -330,12 +333,12 @@ class PartitionReducer(BrokerExtension):
 
     def _delete_local(self, t: "TopicState", p: int) -> None:
         b = self.broker
-        lg = b.logs.pop((t.name, p), None)
         d = b.partition_dir(t.name, p)
-        doomed = d.with_name(f"{d.name}.{uuid.uuid4().hex}-delete")
+        doomed = b.partition_delete_dir(t.name, p)  # fits 255 bytes even for a 249-char topic
         if d.exists():
             os.rename(d, doomed)
             _fsync_dir(b.data_dir)
+        lg = b.logs.pop((t.name, p), None)  # after the rename: a failed rename leaves the log served
         if lg is not None:
             lg.delete()  # closes its files; its old path is already gone
         shutil.rmtree(doomed, ignore_errors=True)

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.connection import FrameSizeError, KafkaFrameProtocol
+from kcli.broker.heap import release_free_memory
+from kcli.broker.read_budget import ReadBudget
 from kcli.broker.dispatch import HANDLERS, ConnectionState, RequestContext, load_all_handlers
 from kcli.broker.handlers.sasl import CLOSE, RAW_TOKEN, raw_token
 from kcli.protocol import codec
 from kcli.protocol.codec import ProtocolError
-from kcli.protocol.errors import BrokerError
+from kcli.protocol.errors import BrokerError, error_name
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
@@ -24,10 +29,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcli.broker.server")
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 UNSUPPORTED_VERSION = 35
 # Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
 PRE_AUTH_APIS = frozenset({18, 17, 36})
 REFUSED_LINGER_S = 1.0  # see KafkaServer._linger
+IDLE_SWEEP_S = 2.0  # how often connections that received nothing give back their read buffer
+TRIM_AFTER_CLOSED = 32  # connections closed since the last sweep that make it return freed heap to the OS
+TRIM_AFTER_RELEASED = 1 << 20  # ... or bytes of idle read buffers it released
+UNKNOWN_SERVER_ERROR = int(ErrorCode.unknown_server_error)
+KAFKA_STORAGE_ERROR = int(ErrorCode.kafka_storage_error)
+
+
+def handler_error_code(err: BaseException) -> tuple[int, str]:
+    """The Kafka error code and message for an exception that escaped a request handler.
+
+    BrokerError and the storage layer's LogError carry their code; an OSError is a disk
+    problem (KAFKA_STORAGE_ERROR, as Kafka answers for a failed log dir); anything else is
+    UNKNOWN_SERVER_ERROR."""
+    code = getattr(err, "code", None)
+    if isinstance(code, int) and not isinstance(code, bool) and -1 <= code < 2**15 and not isinstance(err, OSError):
+        return code, str(getattr(err, "message", "") or err)
+    if isinstance(err, OSError):
+        return KAFKA_STORAGE_ERROR, f"{err.strerror or err}"
+    return UNKNOWN_SERVER_ERROR, f"Unexpected server error: {type(err).__name__}"
 
 
 class KafkaServer:
@@ -40,22 +65,52 @@ class KafkaServer:
         self._readers: set[asyncio.Task[Any]] = set()
         self.max_request_size = broker.config.get_int("socket.request.max.bytes")
         self.max_pre_auth_size = broker.config.get_int("sasl.server.max.receive.size")
+        self.read_budget = ReadBudget(broker.config.queued_max_request_bytes(), self.max_request_size)
+        self._protocols: set[KafkaFrameProtocol] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed_since_sweep = 0
+        self.max_idle_ms = broker.config.get_int("connections.max.idle.ms")
         load_all_handlers()
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaFrameProtocol(self._connected, self._initial_limit()), self.host, self.port, reuse_address=True
+            lambda: KafkaFrameProtocol(self._connected, self._initial_limit(), self.read_budget),
+            self.host, self.port, reuse_address=True,
         )
         sock = self._server.sockets[0]
         host, port = sock.getsockname()[:2]
         self.host, self.port = host, port
+        self._sweeper = loop.create_task(self._release_idle_buffers())
         return host, port
+
+    async def _release_idle_buffers(self) -> None:
+        """Every IDLE_SWEEP_S, connections that received nothing since the last sweep drop their
+        read buffer: an idle connection then holds only its socket and a few small objects.
+        After many connections closed, freed heap goes back to the OS (kcli.broker.heap).
+        A connection that read and wrote nothing for connections.max.idle.ms is closed, as Kafka
+        does: that is also the timeout on a client that stalls inside a request holding budget."""
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_S)
+            if self.max_idle_ms >= 0:
+                now = time.monotonic()
+                for proto in list(self._protocols):
+                    if (now - proto.last_activity) * 1000 > self.max_idle_ms and not proto.waiting_for_budget:
+                        log.log(logging.WARNING if proto.mid_request else logging.INFO,
+                                "closing %s: idle for more than connections.max.idle.ms=%d%s", proto.peer(),
+                                self.max_idle_ms, " in the middle of a request" if proto.mid_request else "")
+                        proto.close()
+            released = sum(proto.release_if_idle() for proto in list(self._protocols))
+            if self._closed_since_sweep >= TRIM_AFTER_CLOSED or released >= TRIM_AFTER_RELEASED:
+                release_free_memory()
+            self._closed_since_sweep = 0
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting and reading; answer requests already read (bounded), then close."""
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for reader_task in list(self._readers):
             reader_task.cancel()
         if self._connections:
@@ -71,6 +126,7 @@ class KafkaServer:
     def _connected(self, proto: KafkaFrameProtocol) -> None:
         task = asyncio.get_running_loop().create_task(self._serve_connection(proto))
         self._connections.add(task)
+        self._protocols.add(proto)
 
     async def _serve_connection(self, proto: KafkaFrameProtocol) -> None:
         task = asyncio.current_task()
@@ -102,6 +158,8 @@ class KafkaServer:
             except Exception:
                 pass
             self._connections.discard(task)
+            self._protocols.discard(proto)
+            self._closed_since_sweep += 1
 
     @staticmethod
     async def _linger(writer: KafkaFrameProtocol) -> None:
@@ -188,11 +246,28 @@ class KafkaServer:
         return self._run(h.fn, ctx, request)
 
     async def _run(self, fn: Any, ctx: RequestContext, request: Any) -> bytes | None:
+        """Run a handler; whatever it raises becomes that API's error response, never a dropped
+        connection (Kafka's KafkaApis.handleError: the client can retry or report, and the
+        requests pipelined behind this one are still answered)."""
         header = ctx.header
         try:
             body = await fn(ctx, request)
-        except BrokerError as err:
-            body = {"error_code": err.code, "error_message": err.message}
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # every failure gets an answer
+            code, message = handler_error_code(err)
+            if not isinstance(err, BrokerError):
+                log.error("%s v%d from %s failed; answering %s", HANDLERS[header.api_key].name, header.api_version,
+                          ctx.connection.peer, error_name(code), exc_info=err)
+            if header.api_key == PRODUCE_KEY and int(getattr(request, "acks", -1)) == 0:
+                return None  # an acks=0 producer reads no response: one would desync the connection
+            body = codec.error_response_body(header.api_key, header.api_version, request, code, message)
+            try:
+                return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+            except Exception:  # an entry echoed from the request that this version cannot carry
+                log.exception("cannot encode the error response of %s v%d", HANDLERS[header.api_key].name,
+                              header.api_version)
+                body = {"error_code": code}
         if body is None:
             return None
         return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from kcli.cli.common import GlobalOptions, OutputFormat, fail
+from kcli.cli.common import GlobalOptions, OutputFormat, fail, interrupt_exit_code, interrupted, raise_keyboard_interrupt
 from kcli.errors import KcliError, UsageError
 
 app = typer.Typer(
@@ -92,11 +92,21 @@ def main() -> None:
     typer.completion.completion_init()  # `_KCLI_COMPLETE=source_bash kcli` prints the script
     sys.argv[1:] = hoist_global_options(sys.argv[1:])
     verbose = "-v" in sys.argv or "--verbose" in sys.argv
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+        signal.signal(signal.SIGINT, raise_keyboard_interrupt)  # Python's behaviour, remembered
     try:
         rc = app(prog_name="kcli", standalone_mode=False)
     except KcliError as err:
         fail(err, verbose)
-    except typer.Abort:
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not handle it itself
+        sys.stderr.write("kcli: interrupted\n")
+        raise SystemExit(interrupt_exit_code())
+    except typer.Abort:  # click turns a KeyboardInterrupt into Abort
+        if interrupted() is not None:
+            sys.stderr.write("kcli: interrupted\n")
+            raise SystemExit(interrupt_exit_code())
         sys.stderr.write("kcli: aborted\n")
         raise SystemExit(1)
     except Exception as err:  # click usage errors and anything unexpected
@@ -113,10 +123,16 @@ def main() -> None:
             raise SystemExit(err.exit_code)
         if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # other ClickException
             fail(UsageError(err.format_message()), verbose)
+        if interrupted() is not None and not verbose:
+            # e.g. Ctrl-C landing inside a librdkafka callback comes out as a SystemError
+            sys.stderr.write("kcli: interrupted\n")
+            raise SystemExit(interrupt_exit_code())
         if verbose:
             raise
         sys.stderr.write(f"kcli: error: unexpected {type(err).__name__}: {err}\n")
         raise SystemExit(1)
     # With standalone_mode=False click returns typer.Exit's code instead of exiting.
     if isinstance(rc, int) and rc:
+        if rc == 130 and interrupted() is not None:  # typer's answer to a KeyboardInterrupt
+            sys.stderr.write("kcli: interrupted\n")
         raise SystemExit(rc)

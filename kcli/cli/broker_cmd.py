@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from kcli.cli.common import options
+from kcli.errors import UsageError
 
 broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible broker.", no_args_is_help=True)
 
@@ -20,6 +21,10 @@ def start(
     config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable)."),
     config_file: Optional[Path] = typer.Option(None, "--config-file", help="Java-style properties file of broker configs."),
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Object store for diskless and tiered data: file:///dir or s3://bucket/prefix."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Join the cluster whose shared state is in this PostgreSQL database: postgresql://USER@HOST:PORT/DB (docs/cluster.md)."),
+    node_id: Optional[str] = typer.Option(None, "--node-id", help="This broker's node id (node.id), unique in the cluster."),
+    rack: Optional[str] = typer.Option(None, "--rack", help="This broker's rack (broker.rack)."),
 ) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
 
@@ -30,12 +35,53 @@ def start(
     opts = options(ctx)
     configure_logging(opts.verbose)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
+    if coordinator:
+        from kcli.diskless.storage_setup import coordinator_uri_settings
+
+        extra.update(coordinator_uri_settings(coordinator))
+    extra.update(cluster_options(cluster, node_id, rack))
     cfg = build_config(config, config_file, extra)
+    if cluster is not None and "node.id" not in cfg.explicit:
+        raise UsageError("--cluster needs --node-id N (each broker of a cluster has its own node id)")
+    if cluster is not None:
+        from kcli.cluster.factory import check_reachable
+        from kcli.cluster.state import ClusterStoreError
+        from kcli.errors import OperationError
+
+        try:
+            check_reachable(cfg)  # exit 1 before the data dir is made
+        except ClusterStoreError as err:
+            raise OperationError(str(err)) from None
     if cfg.get_bool("diskless.system.enable"):
         from kcli.diskless.storage_setup import check_plugin_classes
 
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
     raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg))
+
+
+def cluster_options(cluster: str | None, node_id: str | None, rack: str | None) -> dict[str, str]:
+    """Broker configs from --cluster/--node-id/--rack; UsageError (exit 2) on a bad value."""
+    out: dict[str, str] = {}
+    if cluster is not None:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(cluster)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            raise UsageError(f"--cluster expects postgresql://USER@HOST:PORT/DB, got {cluster!r}") from None
+        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not parts.path.strip("/"):
+            raise UsageError(f"--cluster expects postgresql://USER@HOST:PORT/DB, got {cluster!r}")
+        out["kcli.cluster.url"] = cluster
+    if node_id is not None:
+        if not node_id.strip().isdigit() or int(node_id) > 2**31 - 1:
+            raise UsageError(f"--node-id expects a number 0..2147483647, got {node_id!r}")
+        out["node.id"] = str(int(node_id))
+    if rack is not None:
+        if not rack.strip() or any(c.isspace() or not c.isprintable() for c in rack):
+            raise UsageError(f"--rack expects a non-empty name without spaces, got {rack!r}")
+        out["broker.rack"] = rack
+    return out
 
 
 @broker_app.command("metrics")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import typer
 
-from kcli.cli.common import OutputFormat, options, parse_key_values
+from kcli.cli.common import OutputFormat, deferred_signals, interrupt_exit_code, options, parse_key_values
 from kcli.cli.render import render, yaml_document
 from kcli.errors import UsageError
 from kcli.ops import clients as ops
@@ -54,8 +53,35 @@ def produce(
     request = ops.ProduceRequest(topic=topic, key_separator=_separator(key_separator), acks=acks.lower(),
                                  partition=partition, compression=compression.lower(),
                                  properties=parse_key_values(property, "--property"))
-    with connect(opts) as conn:
-        result = ops.produce(conn, request, sys.stdin.buffer)
+    stop = threading.Event()
+    reading = False
+
+    def lines() -> Iterator[bytes]:
+        """stdin lines; Ctrl-C while blocked on a read ends the input (see deferred_signals)."""
+        nonlocal reading
+        stream = sys.stdin.buffer
+        while not stop.is_set():
+            try:
+                try:
+                    reading = True
+                    line = stream.readline()
+                finally:
+                    reading = False
+            except KeyboardInterrupt:  # caught out here too if it lands on `reading = False`
+                return
+            if not line:
+                return
+            yield line
+
+    try:
+        with deferred_signals(stop, lambda: reading), connect(opts) as conn:
+            result = ops.produce(conn, request, lines(), stop)
+    except ops.ProduceInterrupted as err:
+        # Kafka's console producer also ends on Ctrl-C with 130; say what made it to the topic
+        unconfirmed = f", {err.unconfirmed} unconfirmed" if err.unconfirmed else ""
+        sys.stderr.write(f"kcli: interrupted: {err.result.records} of {err.sent} records delivered "
+                         f"to {err.result.topic}{unconfirmed}\n")
+        raise SystemExit(interrupt_exit_code()) from None
     if opts.verbose:
         sys.stderr.write(f"kcli: {result.records} records produced to {result.topic}\n")
     if opts.output != OutputFormat.table:
@@ -124,16 +150,14 @@ def consume(
             broken_pipe = True
             stop.set()
 
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with connect(opts) as conn:
-            result = ops.consume(conn, request, write, stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with deferred_signals(stop), connect(opts) as conn:
+        result = ops.consume(conn, request, write, stop)
     if broken_pipe:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+    elif result.stopped_by == "stop":  # SIGINT/SIGTERM: closed cleanly, but say so, as a shell would
+        sys.stderr.write(f"kcli: interrupted: {result.records} records consumed\n")
+        raise SystemExit(interrupt_exit_code())
     if opts.verbose:
         sys.stderr.write(f"kcli: {result.records} records consumed (stopped by {result.stopped_by})\n")
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import typer
 
@@ -66,3 +69,49 @@ def parse_key_values(items: list[str] | None, option: str) -> dict[str, str]:
             raise UsageError(f"{option} expects KEY=VALUE, got {item!r}")
         result[key] = value.strip()
     return result
+
+
+# --- Ctrl-C ------------------------------------------------------------------------------------
+
+_signals: list[int] = []  # SIGINT/SIGTERM received by kcli's handlers, in order
+
+
+def interrupted() -> int | None:
+    """The first SIGINT/SIGTERM this process received (through kcli's handlers), else None."""
+    return _signals[0] if _signals else None
+
+
+def interrupt_exit_code() -> int:
+    """128 + signal number, as a shell reports a command ended by that signal (Ctrl-C: 130)."""
+    return 128 + (interrupted() or signal.SIGINT)
+
+
+def raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    """Python's own SIGINT behaviour, remembering that it happened (see :func:`interrupted`)."""
+    _signals.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def deferred_signals(stop: threading.Event, interruptible: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Inside: SIGINT/SIGTERM only set ``stop``, for a loop to notice between librdkafka calls.
+
+    A KeyboardInterrupt raised while librdkafka runs one of our callbacks (delivery report,
+    error_cb, logger) escapes the C code as ``SystemError ... returned NULL``; so the signal
+    must not raise there. ``interruptible()`` says when raising is safe and needed (blocked
+    reading stdin, where a flag alone would wait for the next line).
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        _signals.append(signum)
+        stop.set()
+        if interruptible():
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) != signal.SIG_IGN}  # e.g. `nohup`, a background job
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

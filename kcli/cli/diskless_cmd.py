@@ -35,7 +35,8 @@ class EngineOption(str, Enum):
     spark = "spark"
 
 
-COORDINATOR_HELP = "Read this batch coordinator instead of asking a broker: sqlite:///path/to/coordinator.db."
+COORDINATOR_HELP = ("Read this batch coordinator instead of asking a broker: sqlite:///path/to/coordinator.db"
+                    " or postgresql://user@host:port/database.")
 OBJECT_STORE_HELP = ("With --coordinator: the object store, file:///dir or s3://bucket/prefix "
                      "(default: file://<dir of the database>/../objects, if it exists).")
 ENGINE_HELP = "With --coordinator: scan here (local), on PySpark (spark), or pick by size (auto)."
@@ -218,7 +219,9 @@ def verify(
 ) -> None:
     """Check every committed batch against its object: byte range, header and CRC.
 
-    Also lists orphan objects (in storage, unknown to the coordinator).
+    Also lists orphan objects (an upload intent recorded, never committed: `kcli diskless gc`
+    deletes them after the grace period) and unknown objects (in storage, no record in the
+    coordinator: kept until `kcli diskless gc --unknown-objects`).
 
     Exit status: 0 when nothing is damaged, 1 when a problem was found (each names the object
     and byte position), 2 for usage errors.
@@ -246,8 +249,15 @@ def verify(
         orphans = data.get("orphans") or []
         if orphans:
             sys.stdout.write(f"\n{len(orphans)} orphan object(s), {_bytes(sum(o['size'] for o in orphans))} "
-                             "(not in the coordinator; `kcli diskless gc` deletes them after the grace period):\n")
+                             "(upload intent recorded, never committed; `kcli diskless gc` deletes them after"
+                             " the grace period):\n")
             print_table(orphans, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
+        unknown = data.get("unknown_objects") or []
+        if unknown:
+            sys.stdout.write(f"\n{len(unknown)} unknown object(s), {_bytes(sum(o['size'] for o in unknown))} "
+                             "(no record in the coordinator: kept; `kcli diskless gc --unknown-objects` deletes"
+                             " them):\n")
+            print_table(unknown, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
 
     _render(opts, data, table)
     if data["problems"]:
@@ -264,6 +274,9 @@ def gc(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would be deleted."),
     orphans: bool = typer.Option(True, "--orphans/--no-orphans", help="Also delete orphan objects (default: yes)."),
+    unknown_objects: bool = typer.Option(
+        False, "--unknown-objects",
+        help="Also delete objects the coordinator has no record of (listed by verify; never deleted otherwise)."),
     grace_ms: Optional[int] = typer.Option(None, "--grace-ms", min=0, metavar="MS",
                                            help="Offline: the grace period, as the broker's diskless.file.cleaner.retention.period.ms (default 60000)."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
@@ -274,14 +287,18 @@ def gc(
 ) -> None:
     """Delete unused WAL objects: marked for deletion or orphaned, past the grace period.
 
-    Objects the coordinator marked for deletion go once the grace period is over; orphans (in
-    storage, unknown to the coordinator) once they are older than it. Prints counts and bytes.
+    Objects the coordinator marked for deletion go once the grace period is over; orphans (an
+    upload intent recorded by this cluster, never committed) once they are older than it.
+    Unknown objects (no record at all: another cluster's, an older kcli's, copied by hand) are
+    only listed, unless --unknown-objects is given. Prints counts and bytes.
 
     Exit status: 0 ok, 1 when a deletion failed, 2 for usage errors.
 
     Example: kcli diskless gc --dry-run
 
     Example: kcli diskless gc --coordinator sqlite:///data/diskless/coordinator.db --grace-ms 0
+
+    Example: kcli diskless gc --unknown-objects --dry-run
     """
     from kcli.ops import diskless as ops
 
@@ -292,23 +309,30 @@ def gc(
                          "diskless.file.cleaner.retention.period.ms applies")
     if offline is not None:
         data = _run(opts, offline, lambda src: src.gc(
-            dry_run=dry_run, orphans=orphans, grace_ms=ops.DEFAULT_GRACE_MS if grace_ms is None else grace_ms))
+            dry_run=dry_run, orphans=orphans, grace_ms=ops.DEFAULT_GRACE_MS if grace_ms is None else grace_ms,
+            unknown_objects=unknown_objects))
     else:
-        data = _run(opts, None, lambda src: src.gc(dry_run=dry_run, orphans=orphans))
+        data = _run(opts, None, lambda src: src.gc(dry_run=dry_run, orphans=orphans, unknown_objects=unknown_objects))
 
     def table() -> None:
         verb = "Would delete" if data["dry_run"] else "Deleted"
         sys.stdout.write(f"{verb} {len(data['deleted'])} object(s) marked for deletion "
                          f"({_bytes(data.get('deleted_bytes'))})\n")
         sys.stdout.write(f"{verb} {len(data['orphans'])} orphan object(s) ({_bytes(data.get('orphans_bytes'))})\n")
+        unknown = data.get("unknown_objects") or []
+        if data.get("unknown_objects_deleted"):
+            sys.stdout.write(f"{verb} {len(unknown)} unknown object(s) ({_bytes(data.get('unknown_objects_bytes'))})\n")
+        elif unknown:
+            sys.stdout.write(f"Kept {len(unknown)} unknown object(s) ({_bytes(data.get('unknown_objects_bytes'))}):"
+                             " not recorded by the coordinator; `--unknown-objects` deletes them\n")
         if data["waiting"]:
             sys.stdout.write(f"Waiting for the grace period: {len(data['waiting'])} object(s) "
                              f"({_bytes(data.get('waiting_bytes'))})\n")
         if data["unsafe"]:
             sys.stdout.write(f"Kept (the coordinator says not yet safe): {len(data['unsafe'])} object(s)\n")
         if opts.verbose:
-            for label in ("deleted", "orphans", "waiting", "unsafe"):
-                for k in data[label]:
+            for label in ("deleted", "orphans", "unknown_objects", "waiting", "unsafe"):
+                for k in data.get(label, []):
                     sys.stdout.write(f"  {label}: {k}\n")
 
     _render(opts, data, table)

@@ -42,7 +42,7 @@ def dump_log(
     coordinator: Optional[str] = typer.Option(
         None,
         "--coordinator",
-        help="Annotate WAL batches from a batch coordinator: sqlite:///path/to/coordinator.db.",
+        help="Annotate WAL batches from a batch coordinator: sqlite:///path/to/coordinator.db or postgresql://user@host:port/database.",
     ),
     object_key: Optional[str] = typer.Option(
         None, "--object-key", help="Object key to look up in the coordinator (default: derived from the path)."

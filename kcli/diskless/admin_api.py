@@ -11,8 +11,10 @@ Keys (all version 0, flexible):
 - 32010 KcliBrokerMetrics     ``{}`` → counters, latency summaries and gauges
 - 32011 KcliDisklessDescribe  ``{"topics": [names] | null}`` → offsets and storage per topic
 - 32012 KcliDisklessObjects   ``{"state", "topic", "object_key", "batches": bool}`` → WAL objects
-- 32013 KcliDisklessVerify    ``{"object_keys": [..] | null, "max_objects": n}`` → integrity report
-- 32014 KcliDisklessGc        ``{"dry_run": bool, "orphans": bool}`` → what was (or would be) deleted
+- 32013 KcliDisklessVerify    ``{"object_keys": [..] | null, "max_objects": n}`` → integrity report,
+  orphans (upload intent recorded, never committed) and unknown objects (no record at all)
+- 32014 KcliDisklessGc        ``{"dry_run": bool, "orphans": bool, "unknown_objects": bool}`` → what
+  was (or would be) deleted; unknown objects only with ``"unknown_objects": true``
 
 Documented in docs/diskless.md.
 """

@@ -141,14 +141,16 @@ async def verify(engine: "DisklessEngine", *, object_keys: list[str] | None = No
                  max_objects: int = 1000) -> dict[str, Any]:
     """Check stored objects against the coordinator: every committed object exists with its
     size and version byte, every live batch parses where the coordinator says, with a valid
-    CRC and the right record count; list objects the coordinator does not know (orphans)."""
+    CRC and the right record count; list orphans (upload intent recorded, never committed: the
+    cleaner deletes them after the grace period) and unknown objects (no record at all: kept
+    until `kcli diskless gc --unknown-objects`)."""
     from kcli.diskless.wal import DEFAULT_PREFIX, WAL_VERSION
     from kcli.records.batch import InvalidBatchError, crc_is_valid, read_header
     from plugins.objectstore.base import ObjectNotFound
 
     if not engine.is_open:
         return {"storage": None, "objects_checked": 0, "batches_checked": 0, "objects_skipped": 0,
-                "problems": [], "orphans": [], "ok": True}
+                "problems": [], "orphans": [], "unknown_objects": [], "ok": True}
     coordinator, storage = engine.coordinator, engine.storage
     assert coordinator is not None and storage is not None
     if object_keys:
@@ -199,23 +201,39 @@ async def verify(engine: "DisklessEngine", *, object_keys: list[str] | None = No
                                                      f"{md.last_offset - md.base_offset + 1}"})
             if not crc_is_valid(data, h):
                 problems.append({**where, "problem": "CRC-32C mismatch"})
-    known = await engine._coord(coordinator.known_object_keys)
     listed = await _io(engine, lambda: list(storage.list(DEFAULT_PREFIX + "/")))
+    in_flight = set(engine.appender.in_flight_keys) if engine.appender else set()
+    intents = {i.object_key for i in await engine._coord(coordinator.list_upload_intents)}
+    known = await engine._coord(coordinator.known_object_keys)
     now = int(time.time() * 1000)
-    in_flight = engine.appender.in_flight_keys if engine.appender else set()
-    orphans = [{"object_key": i.key, "size": i.size, "age_ms": now - i.last_modified_ms}
-               for i in listed if i.key not in known and i.key not in in_flight]
+    orphans, unknown = split_uncommitted(listed, intents, known | in_flight, now)
     return {"storage": storage.describe(), "objects_checked": checked, "batches_checked": batches_checked,
             "objects_skipped": max(0, len(files) - max_objects), "problems": problems, "orphans": orphans,
-            "ok": not problems}
+            "unknown_objects": unknown, "ok": not problems}
 
 
-async def gc(engine: "DisklessEngine", *, dry_run: bool = False, orphans: bool = True) -> dict[str, Any]:
-    """One file-cleaner pass now (grace period respected); dry_run only reports."""
+def split_uncommitted(listed: list[Any], intent_keys: set[str], known: set[str] | frozenset[str],
+                      now: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Listed objects the coordinator never committed, whatever their age: (orphans — an upload
+    intent was recorded —, unknown objects — no record at all). Online and offline verify."""
+    orphans: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
+    for i in listed:
+        if i.key in known:
+            continue
+        (orphans if i.key in intent_keys else unknown).append(
+            {"object_key": i.key, "size": i.size, "age_ms": now - i.last_modified_ms})
+    return orphans, unknown
+
+
+async def gc(engine: "DisklessEngine", *, dry_run: bool = False, orphans: bool = True,
+             unknown_objects: bool = False) -> dict[str, Any]:
+    """One file-cleaner pass now (grace period respected); dry_run only reports. Objects the
+    coordinator has no record of are deleted only with ``unknown_objects``."""
     from kcli.diskless.cleaner import CleanReport
 
     if not engine.is_open:
-        return CleanReport(dry_run=dry_run).to_dict()
+        return CleanReport(dry_run=dry_run, unknown_objects_deleted=unknown_objects).to_dict()
     assert engine.cleaner is not None
-    report = await engine.cleaner.run_once(orphans=orphans, dry_run=dry_run)
+    report = await engine.cleaner.run_once(orphans=orphans, dry_run=dry_run, unknown_objects=unknown_objects)
     return report.to_dict()

@@ -9,7 +9,10 @@ requests arrived in, which idempotent producers with several requests in flight 
 
 Failures answer every waiting request with a retriable error and commit nothing:
 
-- upload failed → KAFKA_STORAGE_ERROR (librdkafka: retry, "not persisted");
+- upload intent not recorded, or upload failed → KAFKA_STORAGE_ERROR (librdkafka: retry, "not
+  persisted"). The intent (key, broker, time) goes to the coordinator BEFORE the PUT: it is what
+  lets the cleaner prove an uncommitted object is this cluster's garbage (kcli/diskless/cleaner.py);
+  no intent, no upload;
 - commit failed → REQUEST_TIMED_OUT (retry, "possibly persisted": with a remote coordinator the
   outcome is unknown; idempotent retries are deduplicated by the coordinator). The uploaded
   object stays for the orphan collector.
@@ -229,12 +232,19 @@ class Appender:
             self.in_flight_keys.add(key)
             upload_error: BaseException | None = None
             async with self._upload_slots:
-                started = time.monotonic()
                 try:
-                    # Streamed from the batches as received: no joined copy of the object.
-                    await loop.run_in_executor(self.io_pool, self.storage.upload, key, ChunkStream(chunks), size)
-                except Exception as err:  # noqa: BLE001 - any backend failure is an upload failure
+                    await loop.run_in_executor(self.coordinator_pool, self.coordinator.register_upload_intent,
+                                               key, self.broker_id, int(time.time() * 1000))
+                except Exception as err:  # noqa: BLE001 - nothing uploaded: a plain, retriable failure
                     upload_error = err
+                    self.metrics.inc("diskless.upload.intent_errors")
+                started = time.monotonic()
+                if upload_error is None:
+                    try:
+                        # Streamed from the batches as received: no joined copy of the object.
+                        await loop.run_in_executor(self.io_pool, self.storage.upload, key, ChunkStream(chunks), size)
+                    except Exception as err:  # noqa: BLE001 - any backend failure is an upload failure
+                        upload_error = err
                 elapsed_ms = (time.monotonic() - started) * 1000
             if upload_error is None:
                 self.metrics.inc("diskless.upload.count")

@@ -27,12 +27,19 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.diskless.appender import KAFKA_STORAGE_ERROR, Appender, Committed
 from kcli.diskless.cleaner import FileCleaner
 from kcli.diskless.rack import BrokerRack, choose_leader, client_rack
 from kcli.diskless.reader import DisklessReadResult, Reader
-from kcli.diskless.storage_setup import check_plugin_classes, open_coordinator, open_object_storage
+from kcli.diskless.storage_setup import (
+    check_plugin_classes,
+    open_coordinator,
+    open_object_storage,
+    probe_object_storage,
+    storage_configured,
+)
 from kcli.protocol.errors import BrokerError
 from kcli.storage.errors import INVALID_REQUEST, LogError, OffsetOutOfRange
 
@@ -59,6 +66,8 @@ class DisklessEngine(BrokerExtension):
         self.cleaner_interval_ms = cfg.get_int("diskless.file.cleaner.interval.ms")
         self.cache_bytes = cfg.get_int("diskless.fetch.cache.max.bytes")
         self.retention_interval_ms = cfg.get_int("diskless.retention.check.interval.ms")
+        # a partition whose retention fails is logged once and backed off; the others proceed
+        self.retention_guard = TaskGuard("diskless-retention", broker.metrics, log)
         self.metrics = broker.metrics
         self.storage: "ObjectStorage | None" = None
         self.coordinator: "BatchCoordinator | None" = None
@@ -72,6 +81,8 @@ class DisklessEngine(BrokerExtension):
         self._settings: dict[uuid.UUID, tuple[bool, int]] = {}  # LogAppendTime?, max.message.bytes
         self._loops: list[asyncio.Task[None]] = []
         self._jobs: set[asyncio.Future[Any]] = set()
+        self._probe: "asyncio.Future[Any] | None" = None  # background re-probe of a failing store
+        self._prefix_claim: Any = None  # kcli.diskless.identity.PrefixClaim once open
 
     # ==========================================================================================
     # lifecycle
@@ -85,22 +96,33 @@ class DisklessEngine(BrokerExtension):
         check_plugin_classes(self.broker.config)  # a bad class name stops the broker with one line
         used_before = (self.broker.data_dir / MARKER_DIR).exists()
         if used_before or any(self.broker.is_diskless(t) for t in self.broker.state.topics.values()):
-            self._open()
+            self._open(used_before=used_before)
             await self._reconcile()
+        elif storage_configured(self.broker.config):
+            # A missing bucket or unwritable store is reported now (one line), not at first use.
+            probe_object_storage(self.broker.config, self.broker.data_dir)
+            # A prefix another cluster owns is refused now too (kcli/diskless/identity.py).
+            from kcli.diskless.identity import claim_prefix_at_start
 
-    def _open(self) -> None:
-        """Open storage and coordinator, load offsets, start the background tasks (idempotent)."""
+            claim_prefix_at_start(self.broker.config, self.broker.data_dir, self.broker.cluster_id)
+
+    def _open(self, used_before: bool | None = None) -> None:
+        """Open storage and coordinator, load offsets, start the background tasks (idempotent).
+        ``used_before``: opened by start() (diskless was opened in this data dir before?); None
+        for the lazy open of the first diskless topic."""
         if self.coordinator is not None:
             return
         b = self.broker
         storage = open_object_storage(b.config, b.data_dir)
         try:
+            storage.probe()  # write/read/delete a small object: a store we cannot use stops here
             coordinator = open_coordinator(b.config, b.data_dir)
         except BaseException:
             storage.close()
             raise
         try:
             logs = coordinator.describe_logs()
+            self._check_identity(storage, coordinator, logs, used_before)
             (b.data_dir / MARKER_DIR).mkdir(parents=True, exist_ok=True)
         except BaseException:
             coordinator.close()
@@ -120,13 +142,35 @@ class DisklessEngine(BrokerExtension):
             storage=storage, coordinator=coordinator, io_pool=self.io_pool,
             coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
             in_flight_keys=lambda: set(self.appender.in_flight_keys) if self.appender else set(),
-            on_deleted=self._on_objects_deleted,
+            on_deleted=self._on_objects_deleted, prefix_check=self._prefix_claim.ensure,
         )
         for info in logs:
             tip = info.topic_id_partition
             self._offsets[(tip.topic_id, tip.partition)] = [info.high_watermark, info.log_start_offset]
         log.info("diskless storage %s, coordinator %s", storage.describe(), type(coordinator).__name__)
         self._start_loops()
+
+    def _check_identity(self, storage: "ObjectStorage", coordinator: "BatchCoordinator", logs: list[Any],
+                        used_before: bool | None) -> None:
+        """Refuse a store prefix or coordinator of another cluster, or a coordinator that lost
+        its state, before anything is served or collected (kcli/diskless/identity.py)."""
+        from kcli.diskless.identity import PrefixClaim, check_coordinator, claim_prefix, read_prefix_owner, retrying
+
+        b = self.broker
+        self._prefix_claim = PrefixClaim(storage, b.cluster_id)
+        where = f"reading the owner of object store {storage.describe()}"
+        read, owner = retrying(lambda: read_prefix_owner(storage), where)
+        if owner is not None and owner != b.cluster_id:
+            claim_prefix(storage, b.cluster_id, owner)  # raises: the prefix is another cluster's
+        unknown: list[str] = []
+        if used_before is not None:  # at start: every live diskless partition must be known
+            have = {(i.topic_id_partition.topic_id, i.topic_id_partition.partition) for i in logs}
+            for t in b.state.topics.values():
+                if b.is_diskless(t):
+                    unknown += [f"{t.name}-{p}" for p in sorted(self._live_partitions(t)) if (t.topic_id, p) not in have]
+        check_coordinator(coordinator, b.cluster_id, unknown, used_before=bool(used_before), prefix_owner=owner)
+        if read:
+            retrying(self._prefix_claim.ensure, f"claiming object store {storage.describe()}")
 
     def _ensure_open(self) -> None:
         if self.coordinator is not None:
@@ -137,6 +181,21 @@ class DisklessEngine(BrokerExtension):
             raise
         except Exception as err:
             raise BrokerError(KAFKA_STORAGE_ERROR, f"diskless storage is unavailable: {err}") from None
+
+    def check_writable(self) -> None:
+        """Called before the metadata records of a diskless CreateTopics/CreatePartitions are
+        written: while the object store fails writes, refuse with KAFKA_STORAGE_ERROR (leaving
+        no topic whose producers would only hang) and re-probe it in the background, so the
+        next attempt succeeds once the store recovers."""
+        self._ensure_open()  # the first open probes the store
+        assert self.storage is not None
+        failure = self.storage.write_failure()
+        if failure is None:
+            return
+        if self._probe is None or self._probe.done():
+            self._probe = self._background(self.io_pool, self.storage.probe, what="re-probing the object store")
+        raise BrokerError(KAFKA_STORAGE_ERROR,
+                          f"object store {self.storage.describe()} cannot be written ({failure}); retry later")
 
     def _start_loops(self) -> None:
         try:
@@ -479,13 +538,12 @@ class DisklessEngine(BrokerExtension):
     async def _retention_forever(self) -> None:
         while True:
             await asyncio.sleep(self.retention_interval_ms / 1000)
-            try:
-                await self.enforce_retention()
-                await self._refresh_offsets()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # pragma: no cover - keep the loop alive
-                log.exception("diskless retention failed")
+            # the coordinator down is a whole-round failure: logged once per streak, backed off
+            await self.retention_guard.round(self._retention_round, "retention round")
+
+    async def _retention_round(self) -> None:
+        await self.enforce_retention()
+        await self._refresh_offsets()
 
     async def _refresh_offsets(self) -> None:
         """Re-read offsets from the coordinator (only ever moving them forward): the in-memory
@@ -499,12 +557,17 @@ class DisklessEngine(BrokerExtension):
                 o[1] = max(o[1], info.log_start_offset)
 
     async def enforce_retention(self, now_ms: int | None = None) -> int:
-        """retention.ms / retention.bytes of every diskless partition; returns batches deleted."""
+        """retention.ms / retention.bytes of every diskless partition; returns batches deleted.
+
+        One coordinator call for all partitions (as Inkless does); a partition it answers with an
+        error code is counted and backed off by ``retention_guard`` while the others proceed."""
+        from kcli.protocol.errors import error_name
         from plugins.coordinator.base import RetentionRequest
 
         if self.coordinator is None:
             return 0
         b = self.broker
+        guard = self.retention_guard
         requests = []
         topics: dict[uuid.UUID, "TopicState"] = {}
         for t in list(b.state.topics.values()):
@@ -516,18 +579,22 @@ class DisklessEngine(BrokerExtension):
             if retention_ms < 0 and retention_bytes < 0:
                 continue
             for p in self._live_partitions(t):
-                requests.append(RetentionRequest(self.tip(t, p), retention_ms, retention_bytes))
+                if guard.ready((t.topic_id, p)):
+                    requests.append(RetentionRequest(self.tip(t, p), retention_ms, retention_bytes))
         if not requests:
             return 0
         now = int(time.time() * 1000) if now_ms is None else now_ms
         results = await self._coord(self.coordinator.enforce_retention, requests, now)
         deleted = 0
         for r in results:
+            tid, p = r.topic_id_partition.topic_id, r.topic_id_partition.partition
+            t = topics.get(tid)
+            label = f"{t.name if t is not None else tid}-{p}"
             if r.errors != 0:
+                guard.failed((tid, p), label, f"the coordinator answered {error_name(r.errors)}")
                 continue
-            t = topics.get(r.topic_id_partition.topic_id)
             if t is not None:
-                self._set_log_start(t, r.topic_id_partition.partition, r.log_start_offset)
+                guard.step_sync((tid, p), label, lambda t=t, p=p, lso=r.log_start_offset: self._set_log_start(t, p, lso))
             deleted += r.deleted_batches
         if deleted:
             self.metrics.inc("diskless.retention.deleted_batches", deleted)

@@ -40,6 +40,9 @@ log = logging.getLogger("kcli.diskless.reader")
 LOG_APPEND_TIME = 1
 GET_ATTEMPTS = 3
 GET_RETRY_BACKOFF_S = 0.025
+# A GET that failed only after this long already went through the store's own timeouts and
+# retries (S3: socket.timeout.ms x max.attempts): retrying it again would multiply the wait.
+GET_RETRY_BUDGET_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +211,7 @@ class Reader:
                 except ObjectNotFound:
                     raise
                 except Exception:  # noqa: BLE001 - any backend failure: retried, then reported below
-                    if attempt == GET_ATTEMPTS:
+                    if attempt == GET_ATTEMPTS or time.monotonic() - started > GET_RETRY_BUDGET_S:
                         raise
                     self.metrics.inc("diskless.get.retries")
                     await asyncio.sleep(GET_RETRY_BACKOFF_S * attempt)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 LOCAL_STORAGE_CLASS = "plugins.objectstore.local.LocalObjectStorage"
 SQLITE_COORDINATOR_CLASS = "plugins.coordinator.sqlite.SqliteBatchCoordinator"
+POSTGRES_COORDINATOR_CLASS = "plugins.coordinator.postgresql.PostgresBatchCoordinator"
 STORAGE_PREFIX = "diskless.storage."
 COORDINATOR_PREFIX = "diskless.coordinator."
 
@@ -46,12 +47,16 @@ def check_plugin_classes(config: "BrokerConfig") -> None:
         from plugins.objectstore.base import StorageBackendException
 
         try:
-            from_uri(uri).close()
+            storage = from_uri(uri)
+            settings = config.prefixed(STORAGE_PREFIX)
+            if settings:  # e.g. socket.timeout.ms=abc: refused here, before anything is contacted
+                storage.configure(settings)
+            storage.close()
         except StorageBackendException as err:  # a malformed setting: a config error (exit 2)
             raise PluginError(str(err)) from None
     else:
         load_class(config.get_str("diskless.storage.class.name") or LOCAL_STORAGE_CLASS, ObjectStorage)
-    load_class(config.get_str("diskless.coordinator.class.name") or SQLITE_COORDINATOR_CLASS, BatchCoordinator)
+    load_class(coordinator_class_name(config), BatchCoordinator)
 
 
 def open_object_storage(config: "BrokerConfig", data_dir: Path) -> "ObjectStorage":
@@ -75,10 +80,39 @@ def open_object_storage(config: "BrokerConfig", data_dir: Path) -> "ObjectStorag
     return storage
 
 
+def coordinator_class_name(config: "BrokerConfig") -> str:
+    """The class name if set; else a ``postgresql://`` (``postgres://``) ``diskless.coordinator.url``
+    picks PostgreSQL; else SQLite (the single-node default)."""
+    name = config.get_str("diskless.coordinator.class.name")
+    if name:
+        return name
+    url = config.get_str("diskless.coordinator.url") or ""
+    if url.split("://", 1)[0].lower() in ("postgresql", "postgres") and "://" in url:
+        return POSTGRES_COORDINATOR_CLASS
+    return SQLITE_COORDINATOR_CLASS
+
+
+def coordinator_uri_settings(uri: str) -> dict[str, str]:
+    """Broker configs for ``kcli broker start --coordinator URI``: ``sqlite:///abs/path.db`` or
+    ``postgresql://user@host:port/db``; anything else is a usage error (exit 2)."""
+    from urllib.parse import unquote, urlsplit
+
+    from kcli.errors import UsageError
+
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme in ("postgresql", "postgres") and parts.netloc:
+        return {"diskless.coordinator.class.name": POSTGRES_COORDINATOR_CLASS, "diskless.coordinator.url": uri}
+    path = unquote(parts.path)
+    if scheme == "sqlite" and parts.netloc in ("", "localhost") and path.startswith("/") and not path.endswith("/"):
+        return {"diskless.coordinator.class.name": SQLITE_COORDINATOR_CLASS, "diskless.coordinator.path": path}
+    raise UsageError(f"--coordinator {uri!r}: expected sqlite:///absolute/path.db or postgresql://user@host:port/database")
+
+
 def open_coordinator(config: "BrokerConfig", data_dir: Path) -> "BatchCoordinator":
     from plugins.coordinator.base import BatchCoordinator
 
-    name = config.get_str("diskless.coordinator.class.name") or SQLITE_COORDINATOR_CLASS
+    name = coordinator_class_name(config)
     cls = load_class(name, BatchCoordinator)
     settings = config.prefixed(COORDINATOR_PREFIX)
     if name == SQLITE_COORDINATOR_CLASS and "path" not in settings:
@@ -86,3 +120,19 @@ def open_coordinator(config: "BrokerConfig", data_dir: Path) -> "BatchCoordinato
     coordinator = cls()
     coordinator.configure(settings)
     return coordinator
+
+
+def storage_configured(config: "BrokerConfig") -> bool:
+    """An operator chose a store (URI or class): it is probed at start even before any diskless
+    topic exists, so a missing bucket is reported when the broker starts, not at first use."""
+    return bool(config.get_str("diskless.storage.uri")) or "diskless.storage.class.name" in config.explicit
+
+
+def probe_object_storage(config: "BrokerConfig", data_dir: Path) -> None:
+    """Open the configured store, write/read/delete a probe object, close it; raises
+    StorageBackendException naming the store and the failing operation."""
+    storage = open_object_storage(config, data_dir)
+    try:
+        storage.probe()
+    finally:
+        storage.close()

@@ -85,7 +85,16 @@ def annotations_for(lookup: BatchLookup, candidates: list[str], object_key: str 
 
 
 def open_metadata_source(uri: str) -> tuple[BatchLookup, Callable[[], None]]:
-    """``sqlite:///path/to/coordinator.db`` (or a plain path) → (lookup, close)."""
+    """``sqlite:///path/to/coordinator.db`` (or a plain path), or ``postgresql://...`` → (lookup, close)."""
+    if uri.split("://", 1)[0].lower() in ("postgresql", "postgres") and "://" in uri:
+        from plugins.coordinator import open_coordinator
+        from plugins.coordinator.postgresql import redact
+
+        try:
+            pg = open_coordinator(uri, read_only=True)  # read-only transactions: a dump changes nothing
+        except Exception as err:  # noqa: BLE001
+            raise MetadataSourceError(f"cannot open coordinator {redact(uri)}: {_one_line(err)}") from None
+        return pg.batches_in_file, pg.close
     path = uri[len("sqlite://") :] if uri.startswith("sqlite://") else uri
     if "://" in path:
         raise MetadataSourceError(f"unsupported coordinator URI {uri!r} (expected sqlite:///path/to/coordinator.db)")

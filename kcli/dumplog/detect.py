@@ -4,7 +4,8 @@ Rule (documented in docs/dump-log.md):
 
 1. ``.log`` / ``.index`` / ``.timeindex`` / ``.txnindex`` decide by suffix, like Kafka. The base
    offset is the leading digits of the name, so classic ``00000000000000000042.log`` and
-   tiered copies ``00000000000000000042-<uuid>.log`` both work.
+   tiered copies ``00000000000000000042-<uuid>.log`` both work. ``<base>.log.truncated-<ms>``
+   (what broker start-up recovery moved aside) is a ``.log`` too.
 2. Any other name is sniffed. A WAL segment object is a 1-byte version header and then v2 record
    batches, so:
 
@@ -28,6 +29,7 @@ from kcli.dumplog.sources import Source
 WAL_VERSION = 0
 _MIN_BATCH_LENGTH = 49  # v2 batch header (61) minus baseOffset and batchLength
 _BASE_OFFSET = re.compile(r"^(\d+)")
+_TRUNCATED_LOG = re.compile(r"\.log\.truncated-\d+$")  # kcli.storage.segment.TRUNCATED_MARK
 
 
 class Kind(str, Enum):
@@ -62,6 +64,8 @@ def base_offset_from_name(basename: str) -> int | None:
 
 
 def by_name(basename: str) -> Kind | None:
+    if _TRUNCATED_LOG.search(basename):
+        return Kind.LOG  # bytes start-up recovery moved aside: batches as in the segment they came from
     dot = basename.rfind(".")
     return _SUFFIX_KINDS.get(basename[dot:]) if dot >= 0 else None
 

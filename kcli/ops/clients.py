@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
-from kcli.errors import KafkaApiError, UsageError
+from kcli.errors import KafkaApiError, OperationError, UsageError
 from kcli.ops.connection import Connection, consumer, kafka_error_name, producer, to_kcli_error
 from kcli.ops.partitions import PartitionMode, ReadWritePartitioner, partition_modes, writable_partition
 from kcli.ops.topics import validate_topic_name
@@ -23,6 +23,10 @@ from kcli.ops.topics import validate_topic_name
 ACKS = ("0", "1", "all", "-1")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 _POLL_S = 0.2
+_WATCH_S = 0.5  # how often a consumer checks that the local broker it uses still runs
+LOST_BROKER_CLOSE_S = 3.0  # how long a consumer whose broker process ended waits for close()
+# After ``stop`` (Ctrl-C) produce waits at most this long for records already handed to librdkafka.
+STOP_FLUSH_S = 10.0
 # --timeout-ms does not run while a consumer group is still forming, up to this long.
 GROUP_JOIN_GRACE_S = 45.0
 
@@ -47,6 +51,18 @@ class ProduceResult:
     partitions: dict[int, int] = field(default_factory=dict)  # partition -> records acknowledged
 
 
+class ProduceInterrupted(Exception):
+    """``stop`` was set (Ctrl-C): input ended early. ``result`` holds what was acknowledged,
+    ``sent`` how many records were handed to the client, ``unconfirmed`` how many of those had
+    no answer when the bounded final flush ended."""
+
+    def __init__(self, result: ProduceResult, sent: int, unconfirmed: int) -> None:
+        self.result = result
+        self.sent = sent
+        self.unconfirmed = unconfirmed
+        super().__init__(f"{result.records} of {sent} records delivered to '{result.topic}'")
+
+
 def split_key(line: bytes, separator: bytes | None, line_no: int) -> tuple[bytes | None, bytes]:
     """(key, value) of one input line; with a separator every line must contain it."""
     if separator is None:
@@ -57,7 +73,8 @@ def split_key(line: bytes, separator: bytes | None, line_no: int) -> tuple[bytes
     return key, value
 
 
-def _metadata_partitions(client: Any, topic: str, timeout_s: float) -> int | None:
+def _metadata_partitions(client: Any, topic: str, timeout_s: float,
+                         stop: threading.Event | None = None) -> int | None:
     """Partition count of ``topic``, None if the broker is creating it; raises if it is unknown."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -66,6 +83,8 @@ def _metadata_partitions(client: Any, topic: str, timeout_s: float) -> int | Non
         except KafkaException as err:
             client.poll(0)
             client.errors.check()
+            if stop is not None and stop.is_set():
+                return None
             if time.monotonic() > deadline:
                 raise to_kcli_error(err, "metadata") from err
             continue
@@ -80,8 +99,13 @@ def _metadata_partitions(client: Any, topic: str, timeout_s: float) -> int | Non
         raise to_kcli_error(meta.error, f"topic '{topic}'")
 
 
-def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> ProduceResult:
-    """Send each line as one record, flush, and raise if any delivery failed."""
+def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
+            stop: threading.Event | None = None) -> ProduceResult:
+    """Send each line as one record, flush, and raise if any delivery failed.
+
+    When ``stop`` is set (the CLI sets it on Ctrl-C) reading stops, what was sent gets a flush
+    bounded by :data:`STOP_FLUSH_S`, and :class:`ProduceInterrupted` says what was delivered.
+    """
     validate_topic_name(req.topic)
     if req.acks not in ACKS:
         raise UsageError(f"--acks must be one of 0, 1, all; got {req.acks!r}")
@@ -94,7 +118,7 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> Pr
     props: dict[str, Any] = {"acks": req.acks, "compression.type": req.compression, "linger.ms": 5}
     props.update(req.properties)
     client = producer(conn, **props)
-    count = _metadata_partitions(client, req.topic, conn.timeout_s)
+    count = _metadata_partitions(client, req.topic, conn.timeout_s, stop)
     # KIP-694: never write to a ReadOnly partition, whatever this client's metadata lists
     modes = _partition_modes(conn, req.topic) if count is not None else {}
     if req.partition is not None:
@@ -118,6 +142,8 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> Pr
     input_error: UsageError | None = None
     extra = {"partition": req.partition} if req.partition is not None else {}
     for line_no, raw in enumerate(lines, start=1):
+        if stop is not None and stop.is_set():
+            break
         line = raw[:-1] if raw.endswith(b"\n") else raw
         line = line[:-1] if line.endswith(b"\r") else line
         try:
@@ -127,21 +153,31 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> Pr
             break
         if choose is not None:
             extra = {"partition": choose(key)}
-        while True:
+        queued = False
+        while not queued:
             try:
                 client.produce(req.topic, value=value, key=key, on_delivery=delivered, **extra)
-                break
+                queued = True
             except BufferError:  # local queue full: let deliveries drain
                 client.poll(0.1)
                 client.errors.check()
+                if stop is not None and stop.is_set():
+                    break
             except KafkaException as err:
                 raise to_kcli_error(err, f"topic '{req.topic}'") from err
+        if not queued:
+            break
         sent += 1
         client.poll(0)
         if failures:
             break  # stop reading input; what is queued still gets its answer below
         client.errors.check()
+    flush_until: float | None = None
     while len(client) > 0:
+        if stop is not None and stop.is_set():
+            flush_until = flush_until or time.monotonic() + min(conn.timeout_s, STOP_FLUSH_S)
+            if time.monotonic() > flush_until:
+                break
         client.flush(_POLL_S)
         client.errors.check()
     if failures:
@@ -149,6 +185,8 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes]) -> Pr
         detail = first.message if isinstance(first, KafkaApiError) else str(first)
         raise KafkaApiError(kafka_error_name(failures[0]),
                             f"{sent - result.records} of {sent} records not delivered to '{req.topic}': {detail}")
+    if stop is not None and stop.is_set():
+        raise ProduceInterrupted(result, sent, len(client))
     if input_error is not None:
         raise input_error
     return result
@@ -235,6 +273,9 @@ def validate_consume(req: ConsumeRequest) -> None:
             raise UsageError(f"--offset must be >= 0, 'earliest' or 'latest'; got {req.offset}")
     if req.partition is not None and req.partition < 0:
         raise UsageError(f"--partition must be >= 0, got {req.partition}")
+    if req.group is not None and not req.group.strip():
+        # librdkafka aborts the process on a blank group.id; Kafka's consumer refuses one (KAFKA-15909)
+        raise UsageError("--group must not be empty (leave it out to read without a consumer group)")
     if req.group is not None and req.partition is not None:
         raise UsageError("--group and --partition cannot be used together (a group assigns partitions)")
 
@@ -276,9 +317,15 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
             _assign(client, req, conn.timeout_s)
             client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
             idle_since = time.monotonic()
+        watch_at = 0.0
         while not stop.is_set():
             msg = client.poll(_POLL_S)
             client.errors.check()
+            if conn.broker_pid is not None and time.monotonic() >= watch_at:
+                watch_at = time.monotonic() + _WATCH_S
+                lost = conn.broker_lost()
+                if lost is not None:
+                    raise OperationError(lost)
             if msg is None:
                 if req.timeout_ms is not None:
                     limit = req.timeout_ms / 1000
@@ -311,11 +358,22 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
                 stopped_by = "max-messages"
                 break
     finally:
-        try:
-            client.close()  # commits stored offsets in group mode, leaves the group
-        except (KafkaException, RuntimeError):
-            pass
+        if conn.broker_lost() is None:
+            _close(client)  # commits stored offsets in group mode, leaves the group
+        else:
+            # With the group coordinator gone, close() waits out session.timeout.ms (45 s) for a
+            # commit and LeaveGroup that cannot succeed: give it a few seconds, not a minute.
+            closer = threading.Thread(target=_close, args=(client,), name="kcli-consumer-close", daemon=True)
+            closer.start()
+            closer.join(LOST_BROKER_CLOSE_S)
     return ConsumeResult(count, stopped_by)
+
+
+def _close(client: Any) -> None:
+    try:
+        client.close()
+    except (KafkaException, RuntimeError):
+        pass
 
 
 def _assign(client: Any, req: ConsumeRequest, timeout_s: float) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import confluent_kafka
@@ -44,6 +45,15 @@ class Connection:
     origin: str = "--bootstrap-server"
     verbose: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # A kcli broker another process runs on the default data dir: when that process ends, a
+    # client riding out outages would otherwise wait (or time out "successfully") forever.
+    broker_pid: int | None = None
+
+    def broker_lost(self) -> str | None:
+        """Why the broker process this connection depends on is gone, else None."""
+        if self.broker_pid is None or process_alive(self.broker_pid):
+            return None
+        return f"lost the {self.origin} at {self.bootstrap}: its process {self.broker_pid} ended"
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "client.id": "kcli"}
@@ -63,9 +73,11 @@ def resolve(opts: GlobalOptions, environ: dict[str, str] | None = None) -> Conne
     ``$KCLI_BOOTSTRAP_SERVER`` uses no properties unless ``--context`` is also given.
     """
     env = os.environ if environ is None else environ
-    named = contexts_file.load().get(opts.context) if opts.context else None
+    # An empty -b/--context (`-b "$UNSET"`) is a mistake to report, never "use the default
+    # cluster": falling through would silently talk to another cluster.
+    named = contexts_file.load().get(opts.context) if opts.context is not None else None
     props = dict(named.properties) if named else {}
-    if opts.bootstrap_server:
+    if opts.bootstrap_server is not None:
         return Connection(contexts_file.validate_bootstrap(opts.bootstrap_server), props,
                           "--bootstrap-server", opts.verbose)
     if named is not None:
@@ -98,14 +110,33 @@ def connect(opts: GlobalOptions) -> Iterator[Connection]:
             f"and the embedded broker cannot load: {err}"
         ) from err
     data_dir = embedded.default_data_dir()
-    running = embedded.running_broker_address(data_dir)
-    if running:
-        _say(opts.verbose, f"using the kcli broker at {running} serving {data_dir}")
-        yield Connection(running, {}, f"running broker ({data_dir})", opts.verbose)
+    running = embedded.running_broker(data_dir)  # checked: the dir's lock is held, its cluster id matches
+    if running is not None:
+        _say(opts.verbose, f"using the kcli broker at {running.bootstrap} serving {data_dir} "
+                           f"(cluster {running.cluster_id})")
+        yield Connection(running.bootstrap, {}, f"kcli broker serving {data_dir}", opts.verbose,
+                         broker_pid=running.pid)
         return
+    if (data_dir / "broker.json").exists():
+        _say(opts.verbose, f"not using {data_dir / 'broker.json'}: its broker is gone or does not hold {data_dir}")
     _say(opts.verbose, f"starting an embedded broker on {data_dir}")
     with embedded.EmbeddedBroker(data_dir) as bootstrap:
         yield Connection(bootstrap, {}, f"embedded broker ({data_dir})", opts.verbose)
+
+
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (killed, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _say(verbose: bool, message: str) -> None:
@@ -241,7 +272,15 @@ def _client_conf(conn: Connection, errors: ClientErrors, props: dict[str, Any]) 
     return conn.client_config(error_cb=errors, logger=logging.getLogger("kcli.kafka"), **props)
 
 
+# Properties librdkafka must never see blank: group.id "" or " " aborts the whole process (an
+# assertion in the consumer's constructor); an empty bootstrap.servers would wait on no broker.
+_NOT_EMPTY = ("group.id", "bootstrap.servers")
+
+
 def _construct(cls: type, conf: dict[str, Any]) -> Any:
+    for key in _NOT_EMPTY:
+        if key in conf and not str(conf[key]).strip():
+            raise UsageError(f"client configuration: {key} must not be empty")
     try:
         return cls(conf)
     except KafkaException as err:  # e.g. "No such configuration property"

@@ -61,11 +61,13 @@ def add_totals(describe: dict[str, Any]) -> dict[str, Any]:
 
 def add_gc_bytes(report: dict[str, Any], marked_sizes: dict[str, int],
                  orphan_sizes: dict[str, int] | None) -> dict[str, Any]:
-    """Bytes next to the broker's key lists (its report only names keys)."""
+    """Bytes next to the broker's key lists (its report only names keys). ``orphan_sizes``
+    holds the sizes of listed objects (orphans and unknown objects alike)."""
     report["deleted_bytes"] = sum(marked_sizes.get(k, 0) for k in report.get("deleted", []))
     report["waiting_bytes"] = sum(marked_sizes.get(k, 0) for k in report.get("waiting", []))
-    report["orphans_bytes"] = (sum(orphan_sizes.get(k, 0) for k in report.get("orphans", []))
-                               if orphan_sizes is not None else None)
+    for name in ("orphans", "unknown_objects"):
+        report[f"{name}_bytes"] = (sum(orphan_sizes.get(k, 0) for k in report.get(name, []))
+                                   if orphan_sizes is not None else None)
     return report
 
 
@@ -105,13 +107,14 @@ class OnlineDiskless:
             doc["max_objects"] = max_objects
         return self._call(DISKLESS_VERIFY_KEY, doc, ADMIN_TIMEOUT_S)
 
-    def gc(self, *, dry_run: bool = False, orphans: bool = True) -> dict[str, Any]:
+    def gc(self, *, dry_run: bool = False, orphans: bool = True, unknown_objects: bool = False) -> dict[str, Any]:
         from kcli.diskless.admin_api import DISKLESS_GC_KEY
 
         marked = self.objects(state="deleting")
         marked_sizes = {o["object_key"]: o["file_size"] for o in marked["objects"]}
-        orphan_sizes = _listing_sizes(marked.get("storage")) if orphans else {}
-        report = self._call(DISKLESS_GC_KEY, {"dry_run": dry_run, "orphans": orphans}, ADMIN_TIMEOUT_S)
+        orphan_sizes = _listing_sizes(marked.get("storage")) if orphans or unknown_objects else {}
+        report = self._call(DISKLESS_GC_KEY, {"dry_run": dry_run, "orphans": orphans,
+                                              "unknown_objects": unknown_objects}, ADMIN_TIMEOUT_S)
         return add_gc_bytes(report, marked_sizes, orphan_sizes)
 
 
@@ -182,6 +185,8 @@ class OfflineDiskless:
             path = _sqlite_path(self.coordinator_uri)  # a missing database is the real problem then
             if path is not None and path.startswith("/") and not os.path.isfile(path):
                 raise UsageError(f"--coordinator {self.coordinator_uri}: no database at {path}")
+            if path is None:  # e.g. postgresql://: no data dir to find the objects next to
+                raise UsageError("no object store: give --object-store URI (file:///dir or s3://bucket/prefix)")
             raise UsageError(
                 "no object store: give --object-store URI (the default, file://<dir of the database>/../objects, "
                 "does not exist)")
@@ -258,6 +263,7 @@ class OfflineDiskless:
                     for b in coordinator.batches_in_file(f.object_key)))
                 for f in files[:limit] if f.state == "uploaded"
             ]
+            intents = {i.object_key for i in coordinator.list_upload_intents()}
             known = coordinator.known_object_keys()
         sizes = [i.file_size for i in items]
         choice = self._choose(Workload("verify", len(items), sum(sizes)))
@@ -267,20 +273,22 @@ class OfflineDiskless:
             for verdict in run_task(VerifyTask(storage_uri), items, sizes, choice, progress, verbose=self.verbose):
                 problems.extend(verdict.problems)
                 batches_checked += verdict.batches_checked
+        from kcli.diskless.admin_views import split_uncommitted
+
         with self._storage() as storage:
-            now = now_ms()
-            orphans = [{"object_key": o.key, "size": o.size, "age_ms": now - o.last_modified_ms}
-                       for o in storage.list(WAL_PREFIX) if o.key not in known]
+            orphans, unknown = split_uncommitted(list(storage.list(WAL_PREFIX)), intents, known, now_ms())
             where = storage.describe()
         return {"storage": where, "objects_checked": len(items), "batches_checked": batches_checked,
                 "objects_skipped": max(0, len(files) - limit), "problems": problems, "orphans": orphans,
-                "ok": not problems}
+                "unknown_objects": unknown, "ok": not problems}
 
     # gc
 
     def gc(self, *, dry_run: bool = False, orphans: bool = True, grace_ms: int = DEFAULT_GRACE_MS,
-           now: int | None = None) -> dict[str, Any]:
-        """One file-cleaner pass like the broker's (kcli/diskless/cleaner.py), offline."""
+           now: int | None = None, unknown_objects: bool = False) -> dict[str, Any]:
+        """One file-cleaner pass like the broker's (kcli/diskless/cleaner.py), offline: orphans
+        are objects with an upload intent and no commit; objects with no record at all are
+        listed, and deleted only with ``unknown_objects``."""
         from kcli.engine.run import run_task
         from kcli.engine.select import Workload
         from plugins.coordinator.base import DeleteFilesRequest
@@ -288,7 +296,8 @@ class OfflineDiskless:
         storage_uri = self._storage_uri()
         now = now_ms() if now is None else now
         report: dict[str, Any] = {"dry_run": dry_run, "deleted": [], "waiting": [], "unsafe": [], "orphans": [],
-                                  "errors": []}
+                                  "unknown_objects": [], "unknown_objects_deleted": unknown_objects, "errors": []}
+        scan_listing = orphans or unknown_objects
         with self._coordinator(writable=not dry_run) as coordinator:
             marked_sizes = {f.object_key: f.file_size for f in coordinator.describe_files("deleting", None, None)}
             due: list[str] = []
@@ -300,17 +309,20 @@ class OfflineDiskless:
                 else:
                     due.append(f.object_key)
             listed: list[tuple[str, int, int]] = []
-            if orphans:
+            if scan_listing:
                 with self._storage() as storage:
+                    _check_same_cluster(storage, coordinator)
                     listed = [(o.key, o.size, o.last_modified_ms) for o in storage.list(WAL_PREFIX)]
             # Listed before the keys are read, as the broker's cleaner does (nothing commits offline,
             # but the order keeps a concurrently running broker's fresh uploads out of the orphans).
+            intents = {i.object_key: i.created_at_ms for i in coordinator.list_upload_intents()}
             known = frozenset(coordinator.known_object_keys())
             items = [GcItem("marked", key, marked_sizes.get(key, 0), 0) for key in due]
-            items += [GcItem("listed", key, size, mtime) for key, size, mtime in listed]
+            # --no-orphans: objects with an intent are left out, not mistaken for unknown ones.
+            items += [GcItem("listed", key, size, mtime) for key, size, mtime in listed if orphans or key not in intents]
             sizes = [i.size for i in items]
             choice = self._choose(Workload("gc", len(items), sum(sizes)))
-            task = GcScanTask(storage_uri, known, now, grace_ms, dry_run)
+            task = GcScanTask(storage_uri, known, now, grace_ms, dry_run, intents, unknown_objects)
             deleted_marked: list[str] = []
             orphan_sizes: dict[str, int] = {}
             with self._progress("gc", len(items)) as progress:
@@ -324,7 +336,7 @@ class OfflineDiskless:
                     if outcome.kind == "marked":
                         deleted_marked.append(outcome.key)
                     else:
-                        report["orphans"].append(outcome.key)
+                        report["orphans" if outcome.kind == "orphan" else "unknown_objects"].append(outcome.key)
                         orphan_sizes[outcome.key] = outcome.size
             if deleted_marked and not dry_run:
                 try:
@@ -333,6 +345,16 @@ class OfflineDiskless:
                     report["errors"].append(f"deleting {len(deleted_marked)} object(s) from the coordinator: {err}")
                     deleted_marked = []
             report["deleted"] = deleted_marked
+            if orphans and not dry_run:
+                # Intents of deleted orphans, and of uploads that never produced an object.
+                listed_keys = {key for key, _, _ in listed}
+                stale = [key for key, at in intents.items() if key not in listed_keys and now - at >= grace_ms]
+                gone = report["orphans"] + stale
+                if gone:
+                    try:
+                        coordinator.delete_upload_intents(gone)
+                    except OperationError as err:
+                        report["errors"].append(f"forgetting {len(gone)} upload intent(s): {err}")
         return add_gc_bytes(report, marked_sizes, orphan_sizes)
 
     # engine plumbing
@@ -353,6 +375,18 @@ class OfflineDiskless:
         if self.progress is not None:
             return self.progress(description, total)
         return Progress(description, total)
+
+
+def _check_same_cluster(storage: "ObjectStorage", coordinator: "BatchCoordinator") -> None:
+    """Offline gc deletes from a store: refuse one whose prefix marker names another cluster
+    than the coordinator's (kcli/diskless/identity.py)."""
+    from kcli.diskless.identity import read_prefix_owner
+
+    owner = read_prefix_owner(storage)
+    mine = coordinator.cluster_id()
+    if owner is not None and mine is not None and owner != mine:
+        raise OperationError(f"object store {storage.describe()} belongs to cluster {owner}, the coordinator"
+                             f" to cluster {mine}: refusing to collect garbage across clusters")
 
 
 def _known_topic(ids: dict[str, uuid.UUID], name: str) -> uuid.UUID:
@@ -457,23 +491,28 @@ class GcItem:
 
 @dataclass(frozen=True, slots=True)
 class GcOutcome:
-    kind: str  # "marked" | "orphan"
+    kind: str  # "marked" | "orphan" | "unknown"
     key: str
     size: int
     error: str | None = None
+    kept: bool = False  # an unknown object reported, not deleted
 
 
 @dataclass(frozen=True)
 class GcScanTask(ChunkTask):
-    """Pick orphans among listed objects (unknown to the coordinator and older than the grace
-    period) and delete them and the due marked objects, a chunk per storage call; dry_run only
-    reports. ``known_keys`` is a set, or on Spark a broadcast of it."""
+    """Sort listed objects older than the grace period: committed (``known_keys``) → kept;
+    an upload intent (``intents``: key → time) → orphan, deleted; no record → unknown object,
+    deleted only with ``delete_unknown`` (else reported as kept). Due marked objects are deleted
+    too, a chunk per storage call; dry_run only reports. ``known_keys`` is a set, or on Spark a
+    broadcast of it."""
 
     storage_uri: str
     known_keys: Any
     now_ms: int
     grace_ms: int
     dry_run: bool
+    intents: Any = None  # dict[str, int] of uncommitted upload intents; None: none
+    delete_unknown: bool = False
     job: ClassVar[str] = "gc_scan"
 
     def open(self) -> tuple["ObjectStorage", frozenset[str]]:
@@ -490,19 +529,28 @@ class GcScanTask(ChunkTask):
 
     def run_chunk(self, resource: Any, items: Iterable[GcItem]) -> list[GcOutcome | None]:
         storage, known = resource
+        intents = self.intents or {}
         out: list[GcOutcome | None] = []
         for item in items:
             if item.kind == "marked":
                 out.append(GcOutcome("marked", item.key, item.size))
-            elif item.key not in known and self.now_ms - item.last_modified_ms >= self.grace_ms:
+                continue
+            if item.key in known:
+                out.append(None)
+                continue
+            intent_at = intents.get(item.key)
+            born = item.last_modified_ms if intent_at is None else max(item.last_modified_ms, intent_at)
+            if self.now_ms - born < self.grace_ms:
+                out.append(None)
+            elif intent_at is not None:
                 out.append(GcOutcome("orphan", item.key, item.size))
             else:
-                out.append(None)
-        doomed = [o.key for o in out if o is not None]
+                out.append(GcOutcome("unknown", item.key, item.size, kept=not self.delete_unknown))
+        doomed = [o.key for o in out if o is not None and not o.kept]
         if doomed and not self.dry_run:
             try:
                 storage.delete(doomed)
             except Exception as err:  # noqa: BLE001 - reported per object; the pass goes on
                 message = f"deleting {len(doomed)} object(s) from {storage.describe()}: {err}"
-                out = [GcOutcome(o.kind, o.key, o.size, message) if o is not None else None for o in out]
+                out = [GcOutcome(o.kind, o.key, o.size, message) if o is not None and not o.kept else o for o in out]
         return out

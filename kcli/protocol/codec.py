@@ -320,6 +320,88 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     return out.getvalue()
 
 
+# --- error responses built from the schema ------------------------------------------------------
+# When a handler fails as a whole, Kafka answers with AbstractRequest.getErrorResponse: the request's
+# own entries echoed back, each carrying the error code. Doing that from the schemas here covers
+# every API (and every version) without per-handler code.
+
+_TOPIC_KEYS = ("name", "topic", "topic_name", "resource_name")
+_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
+# Fields Kafka fills with -1 ("unknown") in an error response instead of zero.
+_UNKNOWN = frozenset({"high_watermark", "last_stable_offset", "log_start_offset", "base_offset",
+                      "num_partitions", "replication_factor", "leader_id", "leader_epoch", "offset", "timestamp"})
+
+
+def _field_value(req: Any, name: str) -> Any:
+    """The request element's value for a response field: same name, else a synonym Kafka uses."""
+    if hasattr(req, name):
+        return getattr(req, name)
+    for group in (_TOPIC_KEYS, _PARTITION_KEYS):
+        if name in group:
+            for alias in group:
+                if hasattr(req, alias):
+                    return getattr(req, alias)
+    return dataclasses.MISSING
+
+
+def _array_source(resp_field: _FieldPlan, req: Any) -> tuple[Any, ...] | None:
+    """The request array that a response array answers: same name, else the best-matching one."""
+    if req is None or not dataclasses.is_dataclass(req):
+        return None
+    arrays = [p for p in _plan(type(req)) if p.kind in ("entities", "prims") and not p.tagged]
+    same = [p for p in arrays if p.name == resp_field.name]
+    best, best_score = (same[0] if same else None), 0
+    if best is None:
+        wanted = [q.name for q in _plan(resp_field.nested) if q.kind == "prim"]  # type: ignore[arg-type]
+        for p in arrays:
+            if p.kind == "prims":
+                score = 1 if p.kafka_type == "string" and any(n in _TOPIC_KEYS for n in wanted) else 0
+            else:
+                score = sum(1 for n in wanted if _field_value_in_class(p.nested, n))  # type: ignore[arg-type]
+            if score > best_score:
+                best, best_score = p, score
+    if best is None:
+        return None
+    value = getattr(req, best.name)
+    return tuple(value) if value is not None else ()
+
+
+def _field_value_in_class(cls: type, name: str) -> bool:
+    names = {p.name for p in _plan(cls)}
+    if name in names:
+        return True
+    return any(name in g and names.intersection(g) for g in (_TOPIC_KEYS, _PARTITION_KEYS))
+
+
+def _error_entity(cls: type, req: Any, code: int, message: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in _plan(cls):
+        if p.tagged:
+            continue
+        if p.kind == "prim":
+            if p.kafka_type == "error_code":
+                out[p.name] = code
+            elif p.name == "error_message":
+                out[p.name] = message
+            elif isinstance(req, str) and p.name in _TOPIC_KEYS:
+                out[p.name] = req
+            elif (v := _field_value(req, p.name)) is not dataclasses.MISSING and not isinstance(v, (tuple, list)) \
+                    and not dataclasses.is_dataclass(v):
+                out[p.name] = v
+            elif p.name in _UNKNOWN and p.kafka_type in ("int32", "int64"):
+                out[p.name] = -1
+        elif p.kind == "entities":
+            items = _array_source(p, req)
+            if items is not None:
+                out[p.name] = [_error_entity(p.nested, item, code, message) for item in items]  # type: ignore[arg-type]
+    return out
+
+
+def error_response_body(api_key: int, version: int, request: Any, code: int, message: str | None) -> dict[str, Any]:
+    """A response body answering every entry of ``request`` with ``code`` (Kafka's getErrorResponse)."""
+    return _error_entity(response_class(api_key, version), request, code, message)
+
+
 # --- array lengths are checked before kio sees them --------------------------------------------
 # kio's native reader reserves memory for an array's declared length before reading it, so one
 # frame claiming 2^31 elements aborts the whole process (a Rust allocation failure cannot be

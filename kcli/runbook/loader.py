@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import SafeConstructor
 
 PathKey = tuple[Any, ...]
@@ -85,6 +86,64 @@ class LoadError(Exception):
         super().__init__("; ".join(str(p) for p in problems))
 
 
+# A runbook is a few hundred nodes; aliases may repeat a block, but a document that expands past
+# this many nodes is an alias bomb ("billion laughs": 410 bytes → 10^9 nodes), not a runbook.
+MAX_EXPANDED_NODES = 10_000
+# Nesting deeper than this is no runbook either, and would exhaust Python's recursion limit.
+MAX_DEPTH = 100
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses what would make turning nodes into values blow up:
+    an alias used inside its own anchor (a cycle), more than :data:`MAX_EXPANDED_NODES` nodes
+    once aliases are expanded, nesting deeper than :data:`MAX_DEPTH`. Each refusal is a
+    ComposerError at the offending mark, so it is reported as FILE:LINE:COL at once."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._expanded = 0  # nodes so far, each alias counting as the whole subtree it repeats
+        self._sizes: dict[int, int] = {}  # id(anchored node) -> its expanded size
+        self._open: set[str] = set()  # anchors whose node is still being composed
+        self._depth = 0
+
+    def _count(self, n: int, mark: Any) -> None:
+        self._expanded += n
+        if self._expanded > MAX_EXPANDED_NODES:
+            raise ComposerError(
+                None, None, f"aliases expand the document past {MAX_EXPANDED_NODES:,} nodes "
+                "(an alias bomb?); write the repeated parts out", mark)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            if event.anchor in self._open:
+                raise ComposerError(
+                    None, None, f"alias *{event.anchor} refers to the node that contains it (a cycle)",
+                    event.start_mark)
+            node = super().compose_node(parent, index)  # raises for an undefined alias
+            self._count(self._sizes.get(id(node), 1), event.start_mark)
+            return node
+        event = self.peek_event()
+        if self._depth >= MAX_DEPTH:
+            raise ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels",
+                                              event.start_mark)
+        self._count(1, event.start_mark)
+        anchor = event.anchor
+        before = self._expanded - 1
+        if anchor is not None:
+            self._open.add(anchor)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.discard(anchor)
+        if anchor is not None:
+            self._sizes[id(node)] = self._expanded - before
+        return node
+
+
 def _pos(node: yaml.Node) -> Pos:
     return Pos(node.start_mark.line + 1, node.start_mark.column + 1)
 
@@ -153,7 +212,7 @@ def loads(text: str, file: str) -> Document:
     refused tags and duplicate keys land in ``Document.problems`` so validation can go on and
     report everything else too."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_BoundedLoader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)

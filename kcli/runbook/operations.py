@@ -427,10 +427,14 @@ register(Operation(
     lambda conn, a: _diskless(conn).verify(object_keys=a.get("object_keys"), max_objects=a.get("max_objects")),
     failed=_verify_failed, title_field=None))
 register(Operation(
-    "diskless.gc", "Delete orphan and expired WAL objects (grace period respected).",
-    {"dry_run": Field("bool", default=False), "orphans": Field("bool", default=True)},
-    lambda conn, a: _diskless(conn).gc(dry_run=bool(a.get("dry_run")), orphans=a.get("orphans", True)),
-    dry_run=lambda conn, a: _diskless(conn).gc(dry_run=True, orphans=a.get("orphans", True)),
+    "diskless.gc", "Delete orphan and expired WAL objects (grace period respected); objects the coordinator"
+    " has no record of only with unknown_objects: true.",
+    {"dry_run": Field("bool", default=False), "orphans": Field("bool", default=True),
+     "unknown_objects": Field("bool", default=False)},
+    lambda conn, a: _diskless(conn).gc(dry_run=bool(a.get("dry_run")), orphans=a.get("orphans", True),
+                                       unknown_objects=bool(a.get("unknown_objects"))),
+    dry_run=lambda conn, a: _diskless(conn).gc(dry_run=True, orphans=a.get("orphans", True),
+                                               unknown_objects=bool(a.get("unknown_objects"))),
     title_field=None))
 register(Operation(
     "sleep", "Pause, e.g. to let a partition-deletion delay pass.",

@@ -157,6 +157,15 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + rel[i], pos[i]
 
+    def ceiling_entry(self, offset: int) -> tuple[int, int] | None:
+        """Smallest entry with offset >= ``offset``: the batch ending there starts at its
+        position (lets a read step over damage that a scan from :meth:`lookup` hits)."""
+        rel, pos = self._arrays()
+        i = bisect_left(rel, offset - self.base_offset)
+        if i >= len(rel):
+            return None
+        return self.base_offset + rel[i], pos[i]
+
     def floor_entry(self, max_position: int, below_offset: int) -> tuple[int, int] | None:
         """Last entry whose batch starts at or before ``max_position`` and ends below
         ``below_offset``: a batch boundary a read can jump to without scanning."""

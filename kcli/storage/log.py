@@ -7,10 +7,14 @@ and ``partition.metadata``. Two small files replace Kafka's log-dir-level checkp
 ``log-start-offset`` and ``recovery-point-offset`` (format: a version line ``0`` then the offset).
 
 Durability follows Kafka: appends go to the page cache with one ``os.write``; :meth:`flush`
-fsyncs what changed since the last flush and moves the recovery point. On open every
-segment's headers are walked (offsets, producer state, index check), and segments at or
-after the persisted recovery point also get a CRC check of every batch; a torn or corrupt
-tail is cut and any later segment deleted, as Kafka's LogLoader does.
+fsyncs what changed since the last flush and moves the recovery point (persisted at each new
+segment and at most once a second). On open every segment's headers are walked (offsets,
+producer state, index check). After a clean shutdown (the broker's ``.kafka_cleanshutdown``)
+nothing else happens; otherwise batches at or above the persisted recovery point get a CRC
+check, and a torn or corrupt tail is moved aside to ``<segment>.log.truncated-<ms>`` before
+the cut, later segments renamed the same way: recovery never deletes records, and never
+cuts below the recovery point (damage there is left in place and reads report it as
+CORRUPT_MESSAGE). Reads CRC-check the batches they return.
 
 The high watermark is the log end offset (one replica). Not thread-safe except that
 :meth:`flush` may run in a worker thread while the owner keeps calling the other methods.
@@ -64,6 +68,8 @@ from kcli.storage.segment import (
     Segment,
     SegmentInfo,
     iter_record_timestamps,
+    move_aside,
+    segment_name,
 )
 
 log = logging.getLogger(__name__)
@@ -71,6 +77,7 @@ log = logging.getLogger(__name__)
 LOG_START_OFFSET_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point-offset"
 PARTITION_METADATA_FILE = "partition.metadata"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"  # Kafka's LogLoader.CleanShutdownFile, one per log dir
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP = -1
@@ -82,6 +89,7 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STRAY_SUFFIXES = (".deleted", ".cleaned", ".tmp")
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # fdatasync also persists the file size
 _NO_BOUND = 2**63
+RECOVERY_POINT_INTERVAL_S = 1.0  # most often a flush rewrites recovery-point-offset (Kafka: 60 s)
 
 
 class AppendOrigin(enum.Enum):
@@ -133,6 +141,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._recovery_point = 0
         self._persisted_recovery_point = 0
+        self._recovery_point_persisted_at = 0.0  # time.monotonic() of the last checkpoint write
+        self._recovery_point_segment = -1  # the active segment at that write
+        self._reported_damage: set[str] = set()
         self._closed = False
 
     # ======================================================================================
@@ -140,16 +151,25 @@ class PartitionLog:
     # ======================================================================================
     @classmethod
     def open(
-        cls, directory: Path | str, config: LogConfig | None = None, *, now_ms: int | None = None
+        cls,
+        directory: Path | str,
+        config: LogConfig | None = None,
+        *,
+        now_ms: int | None = None,
+        clean_shutdown: bool = False,
     ) -> "PartitionLog":
-        """Open (creating if needed) the partition directory and recover it."""
+        """Open (creating if needed) the partition directory and recover it.
+
+        ``clean_shutdown`` (the broker found Kafka's ``.kafka_cleanshutdown`` marker) means
+        every batch was fsynced and closed: nothing is CRC-checked or cut. Otherwise only
+        batches at or above the persisted recovery point are verified."""
         directory = Path(directory)
         config = config or LogConfig()
         now = _now_ms() if now_ms is None else now_ms
         plog = cls(directory, config)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            plog._load(now)
+            plog._load(now, clean_shutdown)
         except BaseException as exc:
             plog._close_segments()
             if isinstance(exc, OSError):
@@ -157,12 +177,16 @@ class PartitionLog:
             raise
         return plog
 
-    def _load(self, now_ms: int) -> None:
+    def _load(self, now_ms: int, clean_shutdown: bool = False) -> None:
         bases = self._scan_directory()
         persisted_start = _read_checkpoint(self.dir / LOG_START_OFFSET_FILE)
         self._persisted_log_start = persisted_start
         recovery_point = _read_checkpoint(self.dir / RECOVERY_POINT_FILE) or 0
+        # Kafka recovers from the recovery point after an unclean shutdown and not at all after
+        # a clean one; below it batches are fsynced and trusted (finer than Kafka's segments).
+        verify_from = _NO_BOUND if clean_shutdown else recovery_point
         replay = self._replay_batch
+        damaged_last = False
         for i, base in enumerate(bases):
             seg = Segment(self.dir, base, self._config, created_ms=now_ms, create=False)
             if self._segments and base < self._segments[-1].next_offset:
@@ -172,20 +196,25 @@ class PartitionLog:
                     f"segment {base} overlaps the previous one ending at {self._segments[-1].next_offset}",
                 )
             is_last = i == len(bases) - 1
-            check_crc = is_last or bases[i + 1] > recovery_point
-            result = seg.recover(check_crc=check_crc, on_batch=replay)
+            end_offset = bases[i + 1] if not is_last else (recovery_point if recovery_point > base else -1)
+            result = seg.recover(verify_from=verify_from, end_offset=end_offset, on_batch=replay, now_ms=now_ms)
             self._segments.append(seg)
             self._bases.append(base)
-            if check_crc:
+            damaged_last = is_last and result.damaged_at >= 0
+            if seg.next_offset > recovery_point and not clean_shutdown:
                 self._unflushed[base] = seg  # not known to be durable yet
             if result.rebuilt_offset_index or result.rebuilt_time_index:
                 log.info("%s: rebuilt index of segment %d", self.dir, base)
                 self._dir_dirty = True
             if result.truncated_bytes and not is_last:
                 for later in bases[i + 1 :]:
-                    log.warning("%s: deleting segment %d after a corrupt segment", self.dir, later)
-                    Segment(self.dir, later, self._config, created_ms=now_ms, create=False).delete_files()
+                    self._move_segment_aside(later, now_ms, "it follows a segment cut by recovery")
                 break
+        if damaged_last and self._segments[-1].next_offset > self._segments[-1].base_offset:
+            # Appends after kept damage would only be reachable by reading through it: the
+            # next append goes to a new active segment at the log end instead.
+            self._segments[-1].on_become_inactive()
+            self._add_segment(self._segments[-1].next_offset, now_ms)
         if not self._segments:
             self._add_segment(persisted_start or 0, now_ms)
         self._leo = self._segments[-1].next_offset
@@ -193,11 +222,13 @@ class PartitionLog:
             self._log_start = self._segments[0].base_offset
         elif persisted_start > self._leo:
             log.warning(
-                "%s: log start %d is past the log end %d; deleting all segments", self.dir, persisted_start, self._leo
+                "%s: log start %d is past the log end %d; moving all segments aside", self.dir, persisted_start, self._leo
             )
-            for seg in self._segments:
-                seg.delete_files()
+            segs = self._segments
             self._segments, self._bases, self._unflushed = [], [], {}
+            for seg in segs:
+                seg.close()
+                self._move_segment_aside(seg.base_offset, now_ms, f"the log start {persisted_start} is past its end")
             self._producers.clear()
             self._add_segment(persisted_start, now_ms)
             self._leo = persisted_start
@@ -209,7 +240,26 @@ class PartitionLog:
         for seg in self._segments[:-1]:
             seg.unload_indexes()
         self._recovery_point = min(recovery_point, self._leo)
+        if clean_shutdown:
+            self._recovery_point = self._leo
         self._persisted_recovery_point = self._recovery_point
+
+    def _move_segment_aside(self, base: int, now_ms: int, why: str) -> None:
+        """Rename ``<base>.log`` to ``<base>.log.truncated-<ms>`` (one WARNING) and delete
+        its indexes, which are derived data: recovery never deletes records."""
+        stem = segment_name(base)
+        log_path = self.dir / (stem + LOG_SUFFIX)
+        try:
+            size = log_path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        target = move_aside(log_path, now_ms)
+        for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            (self.dir / (stem + suffix)).unlink(missing_ok=True)
+        log.warning(
+            "%s: moved segment %d (%d bytes, offsets from %d) aside to %s: %s", self.dir, base, size, base, target.name, why
+        )
+        self._dir_dirty = True
 
     def _scan_directory(self) -> list[int]:
         """Segment base offsets, after removing leftovers Kafka would also discard."""
@@ -426,7 +476,10 @@ class PartitionLog:
         old = self._active
         old.on_become_inactive()
         faults.pause("log.roll")  # crash tests only (kcli/faults.py); a no-op otherwise
-        new = self._add_segment(self._leo, now_ms)
+        try:
+            new = self._add_segment(self._leo, now_ms)
+        except OSError as exc:  # Segment logged the path and error
+            raise LogError(KAFKA_STORAGE_ERROR, f"cannot roll {self.dir} to a new segment: {exc}") from exc
         old.unload_indexes()
         return new
 
@@ -466,7 +519,13 @@ class PartitionLog:
             if offset < bound:
                 i = bisect_right(self._bases, offset) - 1
                 for seg in self._segments[max(i, 0) :]:
-                    found = seg.read(offset, max_bytes, min_one_batch, bound)
+                    try:
+                        found = seg.read(offset, max_bytes, min_one_batch, bound)
+                    except LogError as exc:
+                        if exc.code == CORRUPT_MESSAGE and exc.message not in self._reported_damage:
+                            self._reported_damage.add(exc.message)  # once per damaged spot, not per fetch
+                            log.warning("fetch at offset %d: %s (left in place)", offset, exc.message)
+                        raise
                     if found is not None:
                         data, position, next_offset = found
                         return ReadResult(
@@ -655,27 +714,39 @@ class PartitionLog:
             self._unflushed.clear()
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             fds = [os.dup(seg.fd) for seg in segs]
+        failing: Path = self.dir
         try:
-            for fd in fds:
+            for seg, fd in zip(segs, fds):
+                failing = seg.log_path
                 _fdatasync(fd)
             if dir_dirty:
+                failing = self.dir
                 _fsync_dir(self.dir)
         except OSError as exc:
+            log.error("%s: fsync failed: %s", failing, exc)
             with self._lock:
                 for seg in segs:
                     if seg.fd >= 0:
                         self._unflushed.setdefault(seg.base_offset, seg)
                 self._dir_dirty = self._dir_dirty or dir_dirty
-            raise LogError(KAFKA_STORAGE_ERROR, f"fsync of {self.dir} failed: {exc}") from exc
+            raise LogError(KAFKA_STORAGE_ERROR, f"fsync of {failing} failed: {exc}") from exc
         finally:
             for fd in fds:
                 os.close(fd)
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = target
-                # Persist once per segment: enough for open to skip CRC checks of older segments.
-                if not self._closed and self._persisted_recovery_point < self._active.base_offset <= target:
+                # Persist at each new segment and at most once a second otherwise: recovery
+                # after a crash verifies only what lies above the persisted point.
+                now = time.monotonic()
+                active_base = self._active.base_offset
+                if not self._closed and (
+                    active_base != self._recovery_point_segment
+                    or now - self._recovery_point_persisted_at >= RECOVERY_POINT_INTERVAL_S
+                ):
                     self._persist_recovery_point()
+                    self._recovery_point_persisted_at = now
+                    self._recovery_point_segment = active_base
 
     def _persist_recovery_point(self) -> None:
         _write_checkpoint(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
@@ -782,6 +853,11 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
+        log.error("%s: write failed: %s", path, exc)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise LogError(KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
 
 
@@ -791,6 +867,28 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_clean_shutdown_marker(log_dir: Path | str) -> Path:
+    """Kafka's ``.kafka_cleanshutdown``: written (durably) only after every log of the dir
+    was flushed and closed, so a start that finds it may skip recovery."""
+    path = Path(log_dir) / CLEAN_SHUTDOWN_FILE
+    _atomic_write(path, b"")
+    return path
+
+
+def remove_clean_shutdown_marker(log_dir: Path | str) -> None:
+    """Remove the marker (durably) once the logs are loaded, before anything is written:
+    a crash after this is unclean again. Raises OSError if it cannot."""
+    path = Path(log_dir) / CLEAN_SHUTDOWN_FILE
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        log.error("%s: cannot remove: %s", path, exc)
+        raise
+    _fsync_dir(path.parent)
 
 
 def write_partition_metadata(directory: Path | str, topic_id: uuid.UUID) -> Path:
@@ -820,12 +918,15 @@ def read_partition_metadata(directory: Path | str) -> uuid.UUID | None:
 
 
 __all__ = [
+    "CLEAN_SHUTDOWN_FILE",
     "AppendOrigin",
     "AppendResult",
     "PartitionLog",
     "ReadResult",
     "SegmentInfo",
     "read_partition_metadata",
+    "remove_clean_shutdown_marker",
+    "write_clean_shutdown_marker",
     "write_partition_metadata",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",

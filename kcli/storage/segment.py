@@ -9,7 +9,8 @@ largest timestamp so far if it grew. Recovery rebuilds with the same rule, so a 
 equals the one appends produced.
 
 Reads go through ``os.pread`` on the segment's fd: headers are read in small blocks, and the
-returned records are one slice of the file (one copy, kernel to bytes).
+returned records are one slice of the file (one copy, kernel to bytes), CRC-checked before they
+are served. A failing write logs its path and OS error once per failure streak.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
+
+from crc32c import crc32c
 
 from kcli.records.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, read_header
 from kcli.storage.errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, LogError
@@ -31,6 +35,9 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 _SCAN_BLOCK = 8192  # bytes read per pread while walking batch headers
+_COPY_CHUNK = 1 << 20  # bytes per pread when copying a cut tail aside
+# baseOffset, batchLength, (epoch), magic, crc, (attributes), lastOffsetDelta of a v2 header
+_FETCH_CHECK = struct.Struct(">qi4xbI2xi")
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,11 @@ class RecoveryResult:
     reason: str | None
     rebuilt_offset_index: bool
     rebuilt_time_index: bool
+    aside_path: Path | None = None  # where the cut bytes went (``<segment>.log.truncated-<ms>``)
+    damaged_at: int = -1  # first damaged byte kept in place (below the recovery point), or -1
+
+
+TRUNCATED_MARK = ".truncated-"  # ``<base>.log.truncated-<epoch ms>``: bytes recovery moved aside
 
 
 class Segment:
@@ -75,7 +87,11 @@ class Segment:
         self.index_path = directory / (stem + INDEX_SUFFIX)
         self.timeindex_path = directory / (stem + TIMEINDEX_SUFFIX)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (os.O_EXCL if create else 0)
-        self.fd = os.open(self.log_path, flags, 0o644)
+        try:
+            self.fd = os.open(self.log_path, flags, 0o644)
+        except OSError as exc:
+            log.error("%s: cannot open segment: %s", self.log_path, exc)
+            raise
         self.size = os.fstat(self.fd).st_size
         self.index_interval = config.index_interval_bytes
         self.offset_index = OffsetIndex(self.index_path, base_offset, config.segment_index_bytes)
@@ -86,16 +102,39 @@ class Segment:
         self.rolling_timestamp: int | None = None  # first batch's max timestamp (time-based roll)
         self.created_ms = created_ms
         self.bytes_since_last_index_entry = 0
+        self._write_failing = False  # log a failing write once per failure streak, not per append
+        self._index_failing = False
         if create:
             # Kafka creates the index files with the segment; empty is what it trims them to.
-            self.offset_index.set_entries(array("i"), array("i"), write=True)
-            self.time_index.set_entries(array("q"), array("i"), write=True)
+            try:
+                self.offset_index.set_entries(array("i"), array("i"), write=True)
+                self.time_index.set_entries(array("q"), array("i"), write=True)
+            except OSError as exc:
+                log.error("%s: cannot create the segment's index files: %s", self.index_path, exc)
+                self.close()
+                raise
 
     # -- recovery --------------------------------------------------------------------------
-    def recover(self, *, check_crc: bool, on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
-        """Walk every batch header (and CRC if ``check_crc``), cut a torn or corrupt tail,
-        keep the index files if they are right for the valid batches or rewrite them, and
-        set next offset / max timestamp. ``on_batch`` sees each valid batch in order."""
+    def recover(
+        self,
+        *,
+        verify_from: int,
+        end_offset: int = -1,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        now_ms: int = 0,
+    ) -> RecoveryResult:
+        """Walk every batch header, keep the index files if they are right for the batches or
+        rewrite them, and set next offset / max timestamp. ``on_batch`` sees each batch in order.
+
+        Batches whose last offset is >= ``verify_from`` (the recovery point) were never
+        fsynced, so they are CRC-checked and a torn or corrupt tail from the first bad one is
+        cut and moved aside to ``<segment>.log.truncated-<now_ms>`` (never just deleted).
+        Batches wholly below it are trusted: never CRC-checked, never cut. If one of their
+        headers is impossible, the walk resumes at the next intact batch (found by its magic
+        byte and CRC) and the damaged bytes stay where they are: a read of them answers
+        CORRUPT_MESSAGE. ``end_offset`` (>= 0) is the segment's known end offset (the next
+        segment's base; for the last segment the recovery point), used when damage with no
+        intact batch after it hides the true end."""
         base = self.base_offset
         old_offsets = _parse_or_none(OffsetIndex.parse, self.offset_index.read_file())
         old_times = _parse_or_none(TimeIndex.parse, self.time_index.read_file())
@@ -121,27 +160,52 @@ class Segment:
         size = self.size
         pos = 0
         reason: str | None = None
+        damaged_at = -1
+        aside: Path | None = None
         mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) if size else None
         try:
             while pos < size:
+                trusted = next_offset < verify_from  # the batch here starts below the recovery point
+                problem: str | None = None
+                h: BatchHeader | None = None
                 if size - pos < HEADER_SIZE:
-                    reason = f"{size - pos} trailing bytes are not a batch header"
-                    break
-                try:
-                    h = read_header(mm, pos)  # type: ignore[arg-type]
-                except InvalidBatchError as exc:
-                    reason = str(exc)
-                    break
-                if pos + h.size > size:
-                    reason = f"batch at position {pos} needs {h.size} bytes, {size - pos} remain"
-                    break
-                last = h.last_offset
-                if h.base_offset < next_offset or h.last_offset_delta < 0 or last - base > INT32_MAX:
-                    reason = f"batch at position {pos} has offsets {h.base_offset}..{last} out of order"
-                    break
-                if check_crc and not crc_is_valid(mm, h):  # type: ignore[arg-type]
-                    reason = f"batch at position {pos} (offset {h.base_offset}) fails its CRC"
-                    break
+                    problem = f"{size - pos} trailing bytes are not a batch header"
+                else:
+                    try:
+                        h = read_header(mm, pos)  # type: ignore[arg-type]
+                    except InvalidBatchError as exc:
+                        problem = str(exc)
+                if h is not None and problem is None:
+                    last = h.last_offset
+                    if pos + h.size > size:
+                        problem = f"batch at position {pos} needs {h.size} bytes, {size - pos} remain"
+                    elif h.base_offset != next_offset or h.last_offset_delta < 0 or last - base > INT32_MAX:
+                        # kcli writes contiguous offsets; the base offset is outside the CRC
+                        problem = f"batch at position {pos} has offsets {h.base_offset}..{last}, {next_offset} expected"
+                    else:
+                        trusted = last < verify_from  # wholly below the recovery point
+                    if problem is None and not trusted and not crc_is_valid(mm, h):  # type: ignore[arg-type]
+                        problem = f"batch at position {pos} (offset {h.base_offset}) fails its CRC"
+                if problem is not None:
+                    if not trusted:
+                        reason = problem
+                        break
+                    resume = _find_intact_batch(mm, pos + 1, size, next_offset, base)  # type: ignore[arg-type]
+                    if damaged_at < 0:
+                        damaged_at = pos
+                    log.warning(
+                        "%s: damaged batch at position %d below the recovery point (%s); kept in place, %s",
+                        self.log_path, pos, problem,
+                        f"intact batches resume at position {resume}" if resume is not None else "no intact batch follows",
+                    )
+                    if resume is None:
+                        pos = size
+                        break
+                    pos = resume
+                    next_offset = read_header(mm, pos).base_offset  # type: ignore[arg-type]  # offsets in the damage stay taken
+                    self.bytes_since_last_index_entry = self.index_interval + 1  # index the resumed batch
+                    continue
+                assert h is not None
                 if self.rolling_timestamp is None:
                     self.rolling_timestamp = h.max_timestamp
                 self._index_batch(pos, last, h.size, h.max_timestamp)
@@ -156,16 +220,23 @@ class Segment:
                     on_batch(h)
                 next_offset = last + 1
                 pos += h.size
+            truncated = size - pos
+            if truncated:
+                aside = self._move_tail_aside(mm, pos, next_offset, reason or "", now_ms)  # type: ignore[arg-type]
         finally:
             if mm is not None:
                 mm.close()
         times_ok = times_ok and ti == len(t_ts)
 
-        truncated = size - pos
         if truncated:
-            log.warning("%s: truncating %d bytes at position %d: %s", self.log_path, truncated, pos, reason)
-            os.ftruncate(self.fd, pos)
+            try:
+                os.ftruncate(self.fd, pos)
+            except OSError as exc:
+                log.error("%s: cannot truncate to %d bytes: %s", self.log_path, pos, exc)
+                raise
             self.size = pos
+        if damaged_at >= 0 and end_offset > next_offset:
+            next_offset = end_offset  # damage hid the last batches' headers; their offsets stay taken
         self.next_offset = next_offset
         # A closed segment's time index ends with its max timestamp (Kafka does this on recover too).
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
@@ -179,7 +250,20 @@ class Segment:
             self.time_index.set_entries(ts, rel, write=True)
         last_entry = self.offset_index.last_entry()
         self.bytes_since_last_index_entry = self.size - (last_entry[1] if last_entry else 0)
-        return RecoveryResult(truncated, reason, not offsets_ok, not times_ok)
+        return RecoveryResult(truncated, reason, not offsets_ok, not times_ok, aside, damaged_at)
+
+    def _move_tail_aside(self, mm: mmap.mmap, pos: int, first_offset: int, reason: str, now_ms: int) -> Path:
+        """Copy bytes ``pos..`` to ``<segment>.log.truncated-<ms>`` (fsynced) before the cut,
+        with one WARNING naming the file, bytes and offsets. A failure raises: no cut then."""
+        length = len(mm) - pos
+        last = _last_offset_hint(mm, pos)
+        offsets = f"offsets {first_offset}..{last}" if last is not None and last >= first_offset else f"offsets from {first_offset}"
+        target = write_aside(self.log_path, self.fd, pos, length, now_ms)
+        log.warning(
+            "%s: recovery cut %d bytes at position %d (%s; %s) and moved them to %s",
+            self.log_path, length, pos, offsets, reason, target.name,
+        )
+        return target
 
     # -- appends ---------------------------------------------------------------------------
     def append(self, buf: bytearray, placements: list[Placement]) -> None:
@@ -189,7 +273,13 @@ class Segment:
             _write_all(self.fd, buf)
         except OSError as exc:
             _truncate_quietly(self.fd, start)
+            if not self._write_failing:
+                self._write_failing = True
+                log.error("%s: append of %d bytes failed: %s", self.log_path, len(buf), exc)
             raise LogError(KAFKA_STORAGE_ERROR, f"write to {self.log_path} failed: {exc}") from exc
+        if self._write_failing:
+            self._write_failing = False
+            log.info("%s: appends succeed again", self.log_path)
         if start == 0 and placements:
             self.rolling_timestamp = placements[0][3]
         for rel_pos, last, size, max_ts in placements:
@@ -200,7 +290,11 @@ class Segment:
             self.offset_index.write_pending()
             self.time_index.write_pending()
         except OSError as exc:  # the log write stands; a bad index is rebuilt on open
-            log.warning("%s: index write failed: %s", self.log_path, exc)
+            if not self._index_failing:
+                self._index_failing = True
+                log.warning("%s: index write failed: %s", self.index_path, exc)
+        else:
+            self._index_failing = False
 
     def _index_batch(self, position: int, last_offset: int, size: int, max_timestamp: int) -> None:
         """Kafka's LogSegment rule for one batch (shared by append and recovery)."""
@@ -228,10 +322,14 @@ class Segment:
         """Seal the segment at roll/close: final max-timestamp entry, pending index bytes out,
         index fds closed (Kafka's onBecomeInactiveSegment)."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
-        self.offset_index.close()
-        self.time_index.close()
+        try:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError as exc:  # as in append: the log stands, open rebuilds a wrong index
+            log.error("%s: cannot write the index of the sealed segment: %s", self.index_path, exc)
+        finally:
+            self.offset_index.close()
+            self.time_index.close()
 
     def unload_indexes(self) -> None:
         self.offset_index.unload()
@@ -261,10 +359,31 @@ class Segment:
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset`` (the batch containing it)."""
         _, start = self.offset_index.lookup(offset)
-        for pos, header in self.headers_from(start):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
+        found: tuple[int, BatchHeader] | None = None
+        damage: LogError | None = None
+        try:
+            for pos, header in self.headers_from(start):
+                if header.last_offset >= offset:
+                    found = pos, header
+                    break
+        except LogError as exc:
+            damage = exc
+        if damage is None and (found is None or found[1].base_offset <= offset or offset < self.base_offset):
+            return found
+        # Damage kept in place (an impossible header, or a base offset that is not the one
+        # expected) lies between the index entry and ``offset``: recovery indexed the batch
+        # where its walk resumed, so the batch holding ``offset`` may lie beyond it.
+        after = self.offset_index.ceiling_entry(offset)
+        if after is not None and after[1] > (found[0] if found is not None else start):
+            try:
+                header = read_header(os.pread(self.fd, HEADER_SIZE, after[1]))
+            except InvalidBatchError:
+                header = None
+            if header is not None and header.base_offset <= offset <= header.last_offset:
+                return after[1], header
+        if damage is not None:
+            raise damage
+        return found  # read() reports that no intact batch holds ``offset``
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool, upper_bound: int) -> tuple[bytes, int, int] | None:
         """Whole batches from the one containing ``offset``: at most ``max_bytes`` (but the
@@ -275,6 +394,10 @@ class Segment:
         if found is None:
             return None
         start, first = found
+        if self.base_offset <= offset < first.base_offset:
+            # Offsets are contiguous within a segment: the batch holding ``offset`` is before
+            # ``start`` and its header (base offset, outside the CRC) is damaged.
+            raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: no intact batch holds offset {offset}")
         if first.last_offset >= upper_bound or (first.size > max_bytes and not min_one_batch):
             return b"", start, offset
         end = start + first.size
@@ -285,13 +408,22 @@ class Segment:
         scan_from = end
         if entry is not None and entry[1] > end:
             scan_from = entry[1]
-        for pos, header in self.headers_from(scan_from):
-            if pos + header.size > limit or header.last_offset >= upper_bound:
-                if pos > end:  # jumped: batches up to ``pos`` are whole and below the bound
-                    end, next_offset = pos, header.base_offset
-                break
-            end, next_offset = pos + header.size, header.last_offset + 1
-        return os.pread(self.fd, end - start, start), start, next_offset
+        try:
+            for pos, header in self.headers_from(scan_from):
+                if pos + header.size > limit or header.last_offset >= upper_bound:
+                    if pos > end:  # jumped: batches up to ``pos`` are whole and below the bound
+                        end, next_offset = pos, header.base_offset
+                    break
+                end, next_offset = pos + header.size, header.last_offset + 1
+        except LogError:
+            pass  # an impossible header further on: serve what precedes it; a fetch from it reports it
+        data = os.pread(self.fd, end - start, start)
+        good, good_next, problem = _intact_prefix(data)
+        if problem is not None:
+            if good == 0:
+                raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: {problem}")
+            data, next_offset = data[:good], good_next  # serve what is intact; the next fetch reports the rest
+        return data, start, next_offset
 
     def read_batch(self, position: int, size: int) -> bytes:
         return os.pread(self.fd, size, position)
@@ -370,3 +502,136 @@ def _truncate_quietly(fd: int, size: int) -> None:
         os.ftruncate(fd, size)
     except OSError:
         pass
+
+
+def _intact_prefix(data: bytes) -> tuple[int, int, str | None]:
+    """(length, next offset, problem) of the leading whole batches of ``data`` whose header
+    is possible and whose CRC-32C holds: what a fetch may serve (a consumer would reject a
+    corrupt batch anyway; the broker says CORRUPT_MESSAGE and where). Hot path: only the
+    fields needed are unpacked (about 1 us a batch plus CRC-32C at ~30 GB/s)."""
+    pos = 0
+    next_offset = -1
+    end = len(data)
+    view = memoryview(data)
+    unpack = _FETCH_CHECK.unpack_from
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            return pos, next_offset, f"{end - pos} bytes are not a batch header"
+        base_offset, length, magic, crc, last_delta = unpack(data, pos)
+        size = length + 12
+        if magic != 2 or length < HEADER_SIZE - 12:
+            return pos, next_offset, f"impossible batch header (magic {magic}, length {length})"
+        if pos + size > end:
+            return pos, next_offset, f"batch at offset {base_offset} claims {size} bytes, {end - pos} stored"
+        if next_offset >= 0 and base_offset != next_offset:  # kcli writes contiguous offsets
+            return pos, next_offset, f"batch has base offset {base_offset}, {next_offset} expected"
+        if crc32c(view[pos + 21 : pos + size]) != crc:
+            return pos, next_offset, f"batch at offset {base_offset} fails its CRC-32C check"
+        next_offset = base_offset + last_delta + 1
+        pos += size
+    return pos, next_offset, None
+
+
+def _find_intact_batch(mm: mmap.mmap, start: int, size: int, min_offset: int, base: int) -> int | None:
+    """Position of the first batch at or after ``start`` that is whole, CRC-valid and has
+    offsets in order after ``min_offset``: where a header walk resumes after damage. A
+    candidate needs the v2 magic byte, so this looks at roughly one position in 256."""
+    pos = start
+    while True:
+        magic_at = mm.find(b"\x02", pos + 16)
+        if magic_at < 0:
+            return None
+        pos = magic_at - 16
+        if size - pos < HEADER_SIZE:
+            return None
+        try:
+            h = read_header(mm, pos)
+        except InvalidBatchError:
+            pos += 1
+            continue
+        if (
+            pos + h.size <= size
+            and h.base_offset >= min_offset
+            and h.last_offset_delta >= 0
+            and h.last_offset - base <= INT32_MAX
+            and crc_is_valid(mm, h)
+        ):
+            return pos
+        pos += 1
+
+
+def _last_offset_hint(data: mmap.mmap, pos: int) -> int | None:
+    """Best-effort last offset of the batches from ``pos`` on, the bytes being cut (headers only)."""
+    last = None
+    while len(data) - pos >= HEADER_SIZE:
+        try:
+            h = read_header(data, pos)
+        except InvalidBatchError:
+            break
+        last = h.last_offset
+        if pos + h.size > len(data):
+            break
+        pos += h.size
+    return last
+
+
+def aside_path(log_path: Path, now_ms: int) -> Path:
+    """A fresh ``<log>.truncated-<ms>`` name next to ``log_path`` (the ms bumped on a clash)."""
+    stamp = now_ms
+    while True:
+        candidate = log_path.with_name(f"{log_path.name}{TRUNCATED_MARK}{stamp}")
+        if not candidate.exists():
+            return candidate
+        stamp += 1
+
+
+def write_aside(log_path: Path, src_fd: int, start: int, length: int, now_ms: int) -> Path:
+    """Copy ``length`` bytes at ``start`` of ``src_fd`` durably to a fresh
+    ``<log>.truncated-<ms>`` file (via ``.tmp``, which start-up removes, so a crash midway
+    leaves no half file under the real name)."""
+    target = aside_path(log_path, now_ms)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            while done < length:
+                chunk = os.pread(src_fd, min(_COPY_CHUNK, length - done), start + done)
+                if not chunk:
+                    raise OSError(f"segment ended {length - done} bytes early")
+                _write_all(fd, chunk)
+                done += len(chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        _fsync_directory(target.parent)
+    except OSError as exc:
+        log.error("%s: cannot write %s: %s", log_path, tmp.name, exc)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise LogError(KAFKA_STORAGE_ERROR, f"cannot move damaged bytes of {log_path} aside: {exc}") from exc
+    return target
+
+
+def move_aside(log_path: Path, now_ms: int) -> Path:
+    """Rename a whole segment file to ``<log>.truncated-<ms>`` (its indexes are derived data
+    and may simply be deleted by the caller)."""
+    target = aside_path(log_path, now_ms)
+    try:
+        os.rename(log_path, target)
+        _fsync_directory(target.parent)
+    except OSError as exc:
+        log.error("%s: cannot rename to %s: %s", log_path, target.name, exc)
+        raise LogError(KAFKA_STORAGE_ERROR, f"cannot move {log_path} aside: {exc}") from exc
+    return target
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

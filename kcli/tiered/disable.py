@@ -23,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kcli.broker.background import TaskGuard
 from kcli.broker.configs import TOPIC_CONFIGS, format_value
 from kcli.broker.metadata_log import record
 from kcli.protocol.errors import TIERED_STORAGE_DISABLEMENT_IN_PROGRESS, BrokerError
 
 if TYPE_CHECKING:
     from kcli.broker.metadata_log import TopicState
-    from kcli.tiered.manager import RemoteLogManager
 
 log = logging.getLogger("kcli.tiered")
 
@@ -158,13 +158,24 @@ def _state_record(topic_id: uuid.UUID, epoch: int, state: str) -> dict[str, Any]
     return record("TopicTieredStateRecord", topicId=topic_id, tieredEpoch=epoch, tieredState=state)
 
 
-class Disabler:
-    """Runs each DISABLING topic to DISABLED (one task per topic, retried until it succeeds)."""
+class PartitionStopper(Protocol):
+    """What the disable work needs of the RemoteLogManager (which owns a :class:`Disabler`):
+    named here so this module does not import the manager back."""
 
-    def __init__(self, manager: "RemoteLogManager") -> None:
+    broker: Any
+
+    async def stop_partitions(self, t: "TopicState", *, delete_remote: bool) -> None: ...
+
+
+class Disabler:
+    """Runs each DISABLING topic to DISABLED (one task per topic, retried until it succeeds;
+    a failing topic is logged once and backed off by :class:`TaskGuard`, the others proceed)."""
+
+    def __init__(self, manager: PartitionStopper) -> None:
         self.manager = manager
         self.broker = manager.broker
         self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self.guard = TaskGuard("tiered-disable", manager.broker.metrics, log)
 
     def start(self, topic: "TopicState") -> None:
         task = self._tasks.get(topic.topic_id)
@@ -177,6 +188,7 @@ class Disabler:
         task = self._tasks.pop(topic_id, None)
         if task is not None:
             task.cancel()
+        self.guard.forget(topic_id)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
@@ -198,19 +210,23 @@ class Disabler:
         if delay:
             await asyncio.sleep(delay)
         retry_s = self.broker.config.get_int("remote.log.manager.task.interval.ms") / 1000
+        try:
+            await self._run_until_disabled(topic_id, retry_s)
+        finally:
+            self.guard.forget(topic_id)
+
+    async def _run_until_disabled(self, topic_id: uuid.UUID, retry_s: float) -> None:
         while not self.broker.stopping:
             t = self.broker.topic_by_id(topic_id)
             if t is None or t.tiered_state != DISABLING:
                 return
             epoch = t.tiered_epoch
             policy = disable_policy(t.configs)
-            try:
-                await self.manager.stop_partitions(t, delete_remote=policy == "delete")
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # remote store down: stay DISABLING and retry, as KIP-950's controller does
-                log.warning("disabling tiered storage of %s failed, retrying: %s", t.name, err)
-                await asyncio.sleep(retry_s)
+            # remote store down: stay DISABLING and retry (as KIP-950's controller does), with back-off
+            await self.guard.step(topic_id, t.name,
+                                  lambda: self.manager.stop_partitions(t, delete_remote=policy == "delete"))
+            if self.guard.failing(topic_id):
+                await asyncio.sleep(max(retry_s, self.guard.retry_in(topic_id)))
                 continue
             t = self.broker.topic_by_id(topic_id)
             if t is None or t.tiered_state != DISABLING or t.tiered_epoch != epoch:

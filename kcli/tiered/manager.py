@@ -16,6 +16,11 @@ Two loops run per broker:
   remote.log.copy.disable) keeps classic retention for its local segments while its remote
   segments expire by the same total retention.
 
+Both loops work partition by partition through :class:`kcli.broker.background.TaskGuard` (as
+Kafka keeps one RLM task per partition): a partition whose copy or retention fails is logged once,
+backed off and counted, and the others proceed. Segments marked DELETE_SEGMENT_STARTED (a crash, a
+failed undo, a deleted topic or partition) are deleted by every copy round until they are gone.
+
 Fetches below the local log start offset are answered from remote segments (whole batches, at
 most one segment per fetch, via the segment's offset index); ListOffsets EARLIEST_LOCAL (-4) and
 LATEST_TIERED (-5) come from the local log start and the highest tiered offset. KIP-950
@@ -35,6 +40,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.records.batch import HEADER_SIZE, InvalidBatchError, read_header
 from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError, OffsetOutOfRange
@@ -91,6 +97,10 @@ class RemoteLogManager(BrokerExtension):
         self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], tuple[array, array]] = OrderedDict()
         self._index_lock = threading.Lock()  # remote reads run in worker threads
         self._copy_wakeup = asyncio.Event()
+        # one guard per task: a failing partition is backed off and logged once, the rest proceed
+        self.copy_guard = TaskGuard("tiered-copy", broker.metrics, log)
+        self.delete_guard = TaskGuard("tiered-remote-delete", broker.metrics, log)
+        self.retention_guard = TaskGuard("tiered-retention", broker.metrics, log)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -191,7 +201,14 @@ class RemoteLogManager(BrokerExtension):
         segs = self.metadata.all_segments(topic.topic_id, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
         if segs:
             self.metadata.update_state(segs, S.DELETE_SEGMENT_STARTED)
-        self._spawn(self._finish_deletes(topic.topic_id), f"rlm-delete-{topic.name}")
+        self._spawn(self._finish_deletes_now(topic.topic_id), f"rlm-delete-{topic.name}")
+
+    async def _finish_deletes_now(self, topic_id: uuid.UUID) -> None:
+        """Fast path of a topic deletion; what fails here the copy rounds retry (with back-off)."""
+        try:
+            await self._finish_deletes(topic_id)
+        except Exception as err:  # noqa: BLE001 - retried by _finish_pending_deletes
+            log.debug("deleting remote segments of topic %s failed, the copy rounds retry: %s", topic_id, err)
 
     async def partitions_deleted(self, topic: "TopicState", partitions: Iterable[int]) -> None:
         """KIP-694: removed partitions lose their remote segments too (marked, then deleted)."""
@@ -204,41 +221,58 @@ class RemoteLogManager(BrokerExtension):
     # ---- copy ----------------------------------------------------------------------------------
     async def _copy_loop(self) -> None:
         interval = self.broker.config.get_int("remote.log.manager.task.interval.ms") / 1000
-        await self._recover()
+        try:
+            self._recover()
+        except Exception as err:  # noqa: BLE001 - the broker keeps running; the next start tries again
+            log.warning("recovering remote log segment states failed: %s", err)
         while not self.broker.stopping:
-            try:
-                await self.copy_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # pragma: no cover - keep the loop alive
-                log.exception("remote log copy round failed")
+            await self.copy_guard.round(self.copy_once, "copy round")
             self._copy_wakeup.clear()
             try:
                 await asyncio.wait_for(self._copy_wakeup.wait(), interval)
             except asyncio.TimeoutError:
                 pass
 
-    async def _recover(self) -> None:
-        """Segments a crash left mid-copy or mid-delete, and those of topics that no longer
-        exist, are deleted (a half-copied segment is never trusted; it is copied again)."""
+    def _recover(self) -> None:
+        """Segments a crash left mid-copy, and those of topics that no longer exist, are marked
+        for deletion (a half-copied segment is never trusted; it is copied again). Every copy
+        round then deletes the marked ones, partition by partition (:meth:`_finish_pending_deletes`)."""
         known = {t.topic_id for t in self.broker.state.topics.values()}
         doomed = [s for s in self.metadata.all_segments(states=(S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
                   if s.state is S.COPY_SEGMENT_STARTED or s.segment_id.topic_id not in known]
         if doomed:
             self.metadata.update_state(doomed, S.DELETE_SEGMENT_STARTED)
-        for topic_id in {s.segment_id.topic_id for s in self.metadata.all_segments(states=(S.DELETE_SEGMENT_STARTED,))}:
-            try:
-                await self._finish_deletes(topic_id)
-            except RemoteStorageException as err:
-                log.warning("cleaning up remote segments failed, will retry: %s", err)
 
     async def copy_once(self) -> int:
-        """One RLM copy round over every copying partition; returns segments copied."""
+        """One RLM copy round: finish marked deletions, then copy every copying partition, each
+        partition on its own (a failure backs that partition off; the others proceed).
+        Returns segments copied."""
+        await self.delete_guard.round(self._finish_pending_deletes, "remote delete round")
         copied = 0
         for t, p, lg in self._local_logs(self.copy_enabled):
-            async with self._lock(t.topic_id, p):
-                copied += await self._copy_partition(t, p, lg)
+            copied += await self.copy_guard.step((t.topic_id, p), f"{t.name}-{p}",
+                                                 lambda: self._copy_step(t, p, lg)) or 0
         return copied
+
+    async def _copy_step(self, t: "TopicState", partition: int, lg: "PartitionLog") -> int:
+        async with self._lock(t.topic_id, partition):
+            return await self._copy_partition(t, partition, lg)
+
+    async def _finish_pending_deletes(self) -> None:
+        """Delete the remote objects of every segment in DELETE_SEGMENT_STARTED (left by a crash,
+        a failed undo of a copy, or a topic deletion whose fast path failed), per partition."""
+        pending = {(s.segment_id.topic_id, s.segment_id.partition): s.segment_id.topic
+                   for s in self.metadata.all_segments(states=(S.DELETE_SEGMENT_STARTED,))}
+        for (topic_id, p), name in sorted(pending.items(), key=lambda kv: (kv[1], kv[0][1])):
+            await self.delete_guard.step((topic_id, p), f"{name}-{p}",
+                                         lambda: self._finish_partition_deletes(topic_id, p))
+
+    async def _finish_partition_deletes(self, topic_id: uuid.UUID, partition: int) -> None:
+        async with self._lock(topic_id, partition):
+            # under the lock: a copy that was running has now ended (and was marked too)
+            segs = self.metadata.segments(topic_id, partition, (S.DELETE_SEGMENT_STARTED,))
+            if segs:
+                await self._delete_remote(segs)
 
     def _local_logs(self, wanted: Callable[["TopicState"], bool]) -> Iterator[tuple["TopicState", int, "PartitionLog"]]:
         """(topic, partition, local log) of every ``wanted`` topic's partitions that have a log here."""
@@ -280,10 +314,13 @@ class RemoteLogManager(BrokerExtension):
         self.metadata.add_copy_started(md)
         try:
             await self._rsm_call(self.rsm.copy_log_segment_data, md, data)
-        except Exception as err:  # noqa: BLE001 - any plugin failure: undo and retry next round
-            log.warning("copying segment %d of %s-%d failed: %s", seg.base_offset, t.name, partition, err)
-            await self._delete_remote([md])
-            return False
+        except Exception:  # any plugin failure: undo, and let the copy guard back this partition off
+            try:
+                await self._delete_remote([md])
+            except Exception as undo_err:  # noqa: BLE001 - stays DELETE_SEGMENT_STARTED: the copy rounds finish it
+                log.debug("undoing the copy of segment %d of %s-%d failed: %s", seg.base_offset, t.name,
+                          partition, undo_err)
+            raise
         current = self.metadata.get(md.segment_id.id)
         if current is None or current.state is not S.COPY_SEGMENT_STARTED:
             return False  # the topic was deleted meanwhile: its deletion removes these objects
@@ -313,11 +350,7 @@ class RemoteLogManager(BrokerExtension):
 
     async def _finish_deletes(self, topic_id: uuid.UUID) -> None:
         for p in self.metadata.partitions(topic_id):
-            async with self._lock(topic_id, p):
-                # under the lock: a copy that was running has now ended (and was marked too)
-                segs = self.metadata.segments(topic_id, p, (S.DELETE_SEGMENT_STARTED,))
-                if segs:
-                    await self._delete_remote(segs)
+            await self._finish_partition_deletes(topic_id, p)
 
     async def stop_partitions(self, t: "TopicState", *, delete_remote: bool) -> None:
         """KIP-950's RemoteLogManager#stopPartitions for every partition of ``t``: copying has
@@ -325,18 +358,28 @@ class RemoteLogManager(BrokerExtension):
         ``delete_remote`` the log start offset moves to the local log start and every remote
         segment is deleted."""
         partitions = sorted(set(t.partitions) | set(self.metadata.partitions(t.topic_id)))
+        failed: list[tuple[int, Exception]] = []
         for p in partitions:
             async with self._lock(t.topic_id, p):
                 if not delete_remote:
                     continue
-                lg = self.broker.get_log(t.name, p)
-                if lg is not None and lg.log_start_offset < lg.local_log_start_offset:
-                    lg.set_log_start_offset(lg.local_log_start_offset)
-                segs = self.metadata.segments(t.topic_id, p, LIVE)
-                if segs:
-                    await self._delete_remote(segs)
-                    log.info("deleted %d remote segments of %s-%d (tiering disabled, policy delete)",
-                             len(segs), t.name, p)
+                try:
+                    await self._stop_partition_delete(t, p)
+                except Exception as err:  # noqa: BLE001 - the other partitions still proceed
+                    failed.append((p, err))
+        if failed:
+            p, err = failed[0]
+            raise RemoteStorageException(f"{len(failed)} of {len(partitions)} partition(s) failed, "
+                                         f"first {t.name}-{p}: {err}") from err
+
+    async def _stop_partition_delete(self, t: "TopicState", p: int) -> None:
+        lg = self.broker.get_log(t.name, p)
+        if lg is not None and lg.log_start_offset < lg.local_log_start_offset:
+            lg.set_log_start_offset(lg.local_log_start_offset)
+        segs = self.metadata.segments(t.topic_id, p, LIVE)
+        if segs:
+            await self._delete_remote(segs)
+            log.info("deleted %d remote segments of %s-%d (tiering disabled, policy delete)", len(segs), t.name, p)
 
     async def log_start_moved(self, t: "TopicState", partition: int, new_start: int) -> None:
         """DeleteRecords moved the log start: remote segments wholly below it go at the next
@@ -347,28 +390,26 @@ class RemoteLogManager(BrokerExtension):
         interval = self.broker.config.get_int("log.retention.check.interval.ms") / 1000
         while not self.broker.stopping:
             await asyncio.sleep(interval)
-            try:
-                await self.retention_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # pragma: no cover - keep the loop alive
-                log.exception("tiered retention round failed")
+            await self.retention_guard.round(self.retention_once, "retention round")
 
     async def retention_once(self, now_ms: int | None = None) -> None:
+        """Local and total retention of every partition we manage, each on its own (a failing
+        partition is backed off; the others proceed)."""
         now = _now_ms() if now_ms is None else now_ms
         for t, p, lg in self._local_logs(self.manages):
-            async with self._lock(t.topic_id, p):
-                current = self.broker.topic_by_id(t.topic_id)
-                if current is None:
-                    continue  # deleted meanwhile
-                try:
-                    if self.copy_enabled(current):
-                        self._local_retention(current, p, lg, now)
-                    else:
-                        lg.delete_retention(now)
-                    await self._remote_retention(current, p, lg, now)
-                except RemoteStorageException as err:
-                    log.warning("remote retention of %s-%d failed, will retry: %s", t.name, p, err)
+            await self.retention_guard.step((t.topic_id, p), f"{t.name}-{p}",
+                                            lambda: self._retention_step(t, p, lg, now))
+
+    async def _retention_step(self, t: "TopicState", p: int, lg: "PartitionLog", now: int) -> None:
+        async with self._lock(t.topic_id, p):
+            current = self.broker.topic_by_id(t.topic_id)
+            if current is None:
+                return  # deleted meanwhile
+            if self.copy_enabled(current):
+                self._local_retention(current, p, lg, now)
+            else:
+                lg.delete_retention(now)
+            await self._remote_retention(current, p, lg, now)
 
     def _retention_limits(self, t: "TopicState", local: bool) -> tuple[int, int]:
         """(ms, bytes); local ones fall back to the totals when -2 (Kafka's rule)."""

@@ -15,10 +15,17 @@ __all__ = ["BatchCoordinator", "CoordinatorException", "open_coordinator"]
 
 def open_coordinator(uri: str, *, read_only: bool = False) -> BatchCoordinator:
     """``sqlite:///abs/path.db`` → SqliteBatchCoordinator (``read_only`` for inspection tools:
-    a missing file is an error instead of a new empty database)."""
+    a missing file is an error instead of a new empty database); ``postgresql://`` (or
+    ``postgres://``) → PostgresBatchCoordinator (``read_only``: read-only transactions, no
+    schema migration)."""
     parts = urlsplit(uri) if isinstance(uri, str) else None
+    if parts is not None and parts.scheme.lower() in ("postgresql", "postgres") and parts.netloc:
+        from plugins.coordinator.postgresql import PostgresBatchCoordinator
+
+        return PostgresBatchCoordinator(uri, read_only=read_only)
     if parts is None or parts.scheme.lower() != "sqlite" or parts.netloc not in ("", "localhost"):
-        raise CoordinatorException(f"unsupported coordinator URI {uri!r} (expected sqlite:///absolute/path.db)")
+        raise CoordinatorException(f"unsupported coordinator URI {uri!r} (expected sqlite:///absolute/path.db"
+                                   " or postgresql://user@host:port/database)")
     path = unquote(parts.path)
     if not path.startswith("/") or path.endswith("/"):
         raise CoordinatorException(f"unsupported coordinator URI {uri!r}: needs an absolute file path")

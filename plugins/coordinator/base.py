@@ -260,6 +260,20 @@ class FileInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadIntent:
+    """A broker's announcement, recorded BEFORE its PUT, that it will upload ``object_key``.
+
+    It is what makes an uncommitted object provably this cluster's garbage: an object in the
+    store with an intent and no commit (past the grace period) is an orphan the cleaner may
+    delete; an object with neither was not written by this cluster's brokers and is only
+    reported ("unknown object"), never deleted on a guess."""
+
+    object_key: str
+    broker_id: int
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStorageInfo:
     """What a topic costs in object storage (kafka-diskless-metadata's topic overview).
 
@@ -361,7 +375,32 @@ class BatchCoordinator(abc.ABC):
 
     @abc.abstractmethod
     def known_object_keys(self) -> set[str]:
-        """Every object key the coordinator tracks, in any state (orphan detection)."""
+        """Every committed object key the coordinator tracks, in any state (orphan detection)."""
+
+    # -- identity and upload intents (what makes garbage provable) -------------------------------
+
+    @abc.abstractmethod
+    def cluster_id(self) -> str | None:
+        """The cluster id this coordinator's state belongs to; None for a new (or pre-3.x
+        kcli) database that was never claimed."""
+
+    @abc.abstractmethod
+    def claim_cluster_id(self, cluster_id: str) -> None:
+        """Record ``cluster_id`` on first use; CoordinatorException if another one is recorded
+        (two clusters' metadata must never drive one coordinator)."""
+
+    @abc.abstractmethod
+    def register_upload_intent(self, object_key: str, broker_id: int, time_ms: int) -> None:
+        """Record, before the PUT, that ``broker_id`` will upload ``object_key`` (commit_file
+        removes the intent in its own transaction)."""
+
+    @abc.abstractmethod
+    def list_upload_intents(self) -> list[UploadIntent]:
+        """Intents of objects that were never committed, oldest first."""
+
+    @abc.abstractmethod
+    def delete_upload_intents(self, object_keys: Iterable[str]) -> None:
+        """Forget intents (their objects were deleted, or never uploaded)."""
 
     @abc.abstractmethod
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

@@ -56,9 +56,10 @@ from plugins.coordinator.base import (
     RetentionResult,
     TopicIdPartition,
     TopicStorageInfo,
+    UploadIntent,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PRODUCER_STATE_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 PRODUCER_SNAPSHOT_INTERVAL_MS = 60_000  # bounds the batches replayed after a crash
 INT32_MAX = 0x7FFFFFFF
@@ -136,6 +137,14 @@ CREATE TABLE IF NOT EXISTS file_topics (
     live_bytes      INTEGER NOT NULL,
     PRIMARY KEY (file_id, topic_id)
 ) WITHOUT ROWID"""
+# Version 3: a broker records its intent to upload an object before the PUT (see UploadIntent);
+# commit_file deletes the row, so the table holds only uploads in flight or abandoned.
+_UPLOAD_INTENTS_DDL = """
+CREATE TABLE IF NOT EXISTS upload_intents (
+    object_key TEXT    PRIMARY KEY,
+    broker_id  INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID"""
 _INDEXES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS logs_by_partition ON logs (topic_id, partition)",
     "CREATE INDEX IF NOT EXISTS files_by_state ON files (state, marked_for_deletion_at)",
@@ -149,6 +158,7 @@ SCHEMA: tuple[str, ...] = (
     _FILE_LOGS_DDL,
     _FILE_TOPICS_DDL,
     _PRODUCER_STATE_DDL.format(t=""),
+    _UPLOAD_INTENTS_DDL,
     *_INDEXES,
 )
 
@@ -413,6 +423,23 @@ def _migrate_v1(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(f"cannot migrate schema 1 to 2: foreign key violations {problems[:3]}")
 
 
+def _migrate_v2(db: sqlite3.Connection) -> None:
+    """Schema 2 → 3 inside the caller's transaction: only adds the upload_intents table (objects
+    uploaded before it have no intent, so they become "unknown objects": reported, never
+    collected automatically)."""
+    db.execute(_UPLOAD_INTENTS_DDL)
+    db.execute("UPDATE kcli_meta SET value = '3' WHERE key = 'schema_version'")
+
+
+def _migrate(db: sqlite3.Connection, version: int) -> None:
+    """Every step from ``version`` to SCHEMA_VERSION, in the caller's transaction."""
+    if version == 1:
+        _migrate_v1(db)
+        version = 2
+    if version == 2:
+        _migrate_v2(db)
+
+
 def _describe_bad(req: CommitBatchRequest, file_size: int) -> str:
     """Why a commit request is malformed (a broker bug, so the whole commit is refused)."""
     if req.size <= 0 or req.byte_offset < 0 or req.byte_offset + req.size > file_size:
@@ -583,8 +610,9 @@ class SqliteBatchCoordinator(BatchCoordinator):
             db.execute(f"PRAGMA wal_autocheckpoint={4 * _Checkpointer.RESTART_FRAMES}")
             db.execute(f"PRAGMA journal_size_limit={_Checkpointer.SIZE_LIMIT}")
             if self._read_only:
-                if _schema_version(db) == 1:
-                    db = self._migrated_copy(db)
+                version = _schema_version(db)
+                if version is not None and version < SCHEMA_VERSION:
+                    db = self._migrated_copy(db, version)
                 self._check_schema(db)
             else:
                 self._create_or_migrate(db)
@@ -609,8 +637,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
         db.execute("BEGIN IMMEDIATE")
         try:
             version = _schema_version(db)
-            if version == 1:
-                _migrate_v1(db)
+            if version is not None and version < SCHEMA_VERSION:
+                _migrate(db, version)
             elif version is None:
                 for statement in SCHEMA:
                     db.execute(statement)
@@ -624,7 +652,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             raise
 
     @staticmethod
-    def _migrated_copy(db: sqlite3.Connection) -> sqlite3.Connection:
+    def _migrated_copy(db: sqlite3.Connection, version: int) -> sqlite3.Connection:
         """A read-only open of an older database: inspect a migrated in-memory copy (the file
         is never written; the first read-write open migrates it for good)."""
         copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -633,7 +661,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             db.close()
             copy.execute("PRAGMA foreign_keys=OFF")
             copy.execute("BEGIN")
-            _migrate_v1(copy)
+            _migrate(copy, version)
             copy.execute("COMMIT")
         except BaseException:
             copy.close()
@@ -818,6 +846,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 ).lastrowid
             except sqlite3.IntegrityError:
                 raise CoordinatorException(f"object {object_key} is already committed") from None
+            # The upload intent ends with the commit (one primary-key delete in a tiny table).
+            db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,))
             dirty = self._producers.dirty
             # The loop runs once per batch, so it works on locals: the current log's high watermark
             # and byte size live in variables until the partition changes (brokers send an object's
@@ -1295,6 +1325,59 @@ class SqliteBatchCoordinator(BatchCoordinator):
     @_guarded
     def known_object_keys(self) -> set[str]:
         return {row[0] for row in self._conn().execute("SELECT object_key FROM files")}
+
+    # -- identity and upload intents -------------------------------------------------------------
+
+    @_guarded
+    def cluster_id(self) -> str | None:
+        row = self._conn().execute("SELECT value FROM kcli_meta WHERE key = 'cluster_id'").fetchone()
+        return None if row is None else str(row[0])
+
+    @_guarded
+    def claim_cluster_id(self, cluster_id: str) -> None:
+        if not isinstance(cluster_id, str) or not cluster_id:
+            raise CoordinatorException(f"invalid cluster id {cluster_id!r}")
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM kcli_meta WHERE key = 'cluster_id'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO kcli_meta (key, value) VALUES ('cluster_id', ?)", (cluster_id,))
+            elif row[0] != cluster_id:
+                raise CoordinatorException(
+                    f"coordinator database {self._path} belongs to cluster {row[0]}, not to this broker's"
+                    f" cluster {cluster_id}")
+
+    @_guarded
+    def register_upload_intent(self, object_key: str, broker_id: int, time_ms: int) -> None:
+        if not isinstance(object_key, str) or not object_key:
+            raise CoordinatorException(f"invalid upload intent: object key {object_key!r}")
+        # No fsync of its own: the commit that follows (synchronous=FULL) syncs the WAL file,
+        # this frame included. Lost only with the OS (power loss) before that commit, and then
+        # the object is merely "unknown" (reported, kept), never wrongly deleted.
+        db = self._conn()
+        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self._tx() as tx:
+                tx.execute("INSERT OR REPLACE INTO upload_intents (object_key, broker_id, created_at) VALUES (?, ?, ?)",
+                           (object_key, broker_id, time_ms))
+        finally:
+            db.execute("PRAGMA synchronous=FULL")
+
+    @_guarded
+    def list_upload_intents(self) -> list[UploadIntent]:
+        rows = self._conn().execute(
+            "SELECT i.object_key, i.broker_id, i.created_at FROM upload_intents i"
+            " WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.object_key = i.object_key)"
+            " ORDER BY i.created_at, i.object_key"
+        ).fetchall()
+        return [UploadIntent(key, broker, at) for key, broker, at in rows]
+
+    @_guarded
+    def delete_upload_intents(self, object_keys: Iterable[str]) -> None:
+        keys = sorted(set(object_keys))
+        if not keys:
+            return
+        with self._tx() as db:
+            db.executemany("DELETE FROM upload_intents WHERE object_key = ?", [(k,) for k in keys])
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

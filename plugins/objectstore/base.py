@@ -9,10 +9,20 @@ deployments).
 from __future__ import annotations
 
 import abc
+import logging
+import threading
+import uuid
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from kcli.errors import OperationError
+
+log = logging.getLogger("kcli.objectstore")
+
+# Start-up probe objects live here, apart from WAL objects (wal/) and tiered segments, so no
+# listing of data ever sees one; a probe left behind by a crash is a few bytes.
+PROBE_PREFIX = "_probe/"
+_probing = threading.local()  # set while probe() runs: it reports its own failure, once
 
 
 class StorageBackendException(OperationError):
@@ -126,6 +136,41 @@ class ObjectStorage(abc.ABC):
     def close(self) -> None:
         """Release clients or handles; the default has none."""
 
+    def write_failure(self) -> str | None:
+        """The error of the current streak of failed writes; None once a write works again (or
+        when the store does not track it). The broker checks it before creating diskless topics."""
+        return None
+
+    def probe(self) -> None:
+        """Write, read back and delete a small object, so a store the broker cannot use (missing
+        bucket, no permission, read-only directory) is reported at start in one line naming the
+        failing operation, not later as producers that hang. Raises StorageBackendException."""
+        key = f"{PROBE_PREFIX}{uuid.uuid4()}"
+        payload = f"kcli object store probe {key}".encode()
+        where = self.describe().rstrip("/") or self.describe()  # as the operator wrote it: s3://b/p
+        _probing.active = True
+        try:
+            self._probe_steps(key, payload, where)
+        finally:
+            _probing.active = False
+
+    def _probe_steps(self, key: str, payload: bytes, where: str) -> None:
+        for op in ("write", "read", "delete"):
+            try:
+                if op == "write":
+                    self.upload(key, payload, len(payload))
+                elif op == "read":
+                    got = self.fetch(key)
+                    if got != payload:
+                        raise StorageBackendException(f"read back {len(got)} bytes that differ from the {len(payload)} written")
+                else:
+                    self.delete([key])
+            except StorageBackendException as err:
+                text = str(err)
+                if text.startswith("bucket "):  # S3 NoSuchBucket: the configuration, not the operation
+                    raise StorageBackendException(f"object store {where}: {text}") from None
+                raise StorageBackendException(f"object store {where}: probe {op} of {key!r} failed: {text}") from None
+
     @abc.abstractmethod
     def describe(self) -> str:
         """Where the objects live, as a URI an operator can paste (``file:///x``, ``s3://b/p``)."""
@@ -150,3 +195,45 @@ def config_bool(value: str | bool | None, name: str) -> bool:
     if text in ("false", "0", "no", ""):
         return False
     raise StorageBackendException(f"config {name} must be true or false, got {value!r}")
+
+
+def config_int(value: str | int | None, name: str, minimum: int, maximum: int | None = None) -> int:
+    """Parse an integer config value within [minimum, maximum]."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise StorageBackendException(f"config {name} must be an integer {bound}, got {value!r}")
+    return number
+
+
+class FailureStreak:
+    """One log line per streak of failed writes (with the key and the store's error), and one
+    when writes work again: an outage retried for minutes must not flood the log, but the
+    first failure must name what failed and why."""
+
+    def __init__(self, where: Callable[[], str]) -> None:
+        self._where = where
+        self._lock = threading.Lock()
+        self._failing = 0
+        self._logged = False
+        self.error: str | None = None  # "<op> of <key> failed: <error>" while failing
+
+    def failed(self, op: str, key: str, err: BaseException) -> None:
+        quiet = getattr(_probing, "active", False)  # the probe raises its own one-line error
+        with self._lock:
+            self._failing += 1
+            self.error = f"{op} of {key!r} failed: {err}"
+            log_it = not self._logged and not quiet
+            self._logged = self._logged or log_it
+        if log_it:
+            log.warning("object store %s: %s", self._where(), self.error)
+
+    def succeeded(self) -> None:
+        with self._lock:
+            count, logged = self._failing, self._logged
+            self._failing, self._logged, self.error = 0, False, None
+        if logged:
+            log.warning("object store %s: writes work again after %d failed", self._where(), count)

@@ -179,6 +179,14 @@ class FaultyObjectStorage(ObjectStorage):
         if self._delegate is not None:
             self._delegate.close()
 
+    def write_failure(self) -> str | None:
+        return self.delegate.write_failure()  # real failures only: injected ones are the test's
+
+    def probe(self) -> None:
+        """The start-up probe checks the real store's configuration; injected faults are for
+        the data traffic (a probe failing at random would make the broker refuse to start)."""
+        self.delegate.probe()
+
     # -- fault decisions -------------------------------------------------------------------------
 
     def active(self, key: str = "") -> bool:

@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 
 from plugins.objectstore.base import (
     ByteRange,
+    FailureStreak,
     ObjectInfo,
     ObjectNotFound,
     ObjectStorage,
@@ -55,6 +56,8 @@ class LocalObjectStorage(ObjectStorage):
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self._root: Path | None = Path(root).absolute() if root is not None else None
+        self._write_failures = FailureStreak(self.describe)  # uploads: what write_failure() reports
+        self._delete_failures = FailureStreak(self.describe)
 
     def configure(self, configs: dict[str, str]) -> None:
         unknown = set(configs) - {"root"}
@@ -70,6 +73,9 @@ class LocalObjectStorage(ObjectStorage):
         if self._root is None:
             raise StorageBackendException("LocalObjectStorage is not configured: set root")
         return self._root
+
+    def write_failure(self) -> str | None:
+        return self._write_failures.error
 
     def describe(self) -> str:
         return self.root.as_uri() if self._root is not None else "file://<unconfigured>"
@@ -93,6 +99,14 @@ class LocalObjectStorage(ObjectStorage):
     # -- operations ----------------------------------------------------------------------------
 
     def upload(self, key: str, data: Uploadable, length: int) -> None:
+        try:
+            self._upload(key, data, length)
+        except StorageBackendException as err:
+            self._write_failures.failed("upload", key, err)
+            raise
+        self._write_failures.succeeded()
+
+    def _upload(self, key: str, data: Uploadable, length: int) -> None:
         if length < 0:
             raise StorageBackendException(f"upload of {key!r}: negative length {length}")
         path = self._path(key)
@@ -172,7 +186,10 @@ class LocalObjectStorage(ObjectStorage):
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as err:
-                raise self._error("delete", key, err) from None
+                error = self._error("delete", key, err)
+                self._delete_failures.failed("delete", key, error)
+                raise error from None
+        self._delete_failures.succeeded()
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         if prefix:

@@ -3,7 +3,14 @@
 Endpoint, region and credentials come from wherever boto3 normally finds them (AWS_ENDPOINT_URL,
 AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, profiles, instance roles), so kcli needs no
 secrets in its own config. Config keys (prefix stripped): ``bucket``, ``prefix``, ``endpoint.url``,
-``region``, ``path.style.access.enabled``.
+``region``, ``path.style.access.enabled``, and the time bounds below.
+
+Every call is bounded in time (``connection.timeout.ms``, ``socket.timeout.ms``, ``max.attempts``,
+named after the AWS SDK's settings): botocore's defaults (60 s per socket read) let one request on
+a connection that died silently — a NAT or load balancer dropping its state, no RST — hold a
+producer for a minute. A timed-out or broken connection also empties the client's connection
+pool, because its idle neighbours went through the same dead path: without that, each retry
+picks the next dead pooled connection and pays the full timeout again.
 """
 
 from __future__ import annotations
@@ -16,16 +23,25 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import boto3
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
 from plugins.objectstore.base import (
     ByteRange,
+    FailureStreak,
     ObjectInfo,
     ObjectNotFound,
     ObjectStorage,
     StorageBackendException,
     Uploadable,
     config_bool,
+    config_int,
     length_mismatch,
     range_past_end,
 )
@@ -33,7 +49,17 @@ from plugins.objectstore.base import (
 DELETE_BATCH = 1000  # DeleteObjects accepts at most 1000 keys per call
 _SPOOL_MAX = 32 << 20  # non-seekable uploads spool to disk beyond this
 _CHUNK = 1 << 20
-_CONFIG_KEYS = {"bucket", "prefix", "endpoint.url", "region", "path.style.access.enabled"}
+_CONFIG_KEYS = {
+    "bucket", "prefix", "endpoint.url", "region", "path.style.access.enabled",
+    "connection.timeout.ms", "socket.timeout.ms", "max.attempts", "tcp.keepalive.enabled",
+}
+# Defaults: together with the broker's retries a producer gets an answer well within its 30 s
+# request.timeout.ms, and produce resumes within ~socket.timeout.ms of the store answering again.
+DEFAULT_CONNECTION_TIMEOUT_MS = 3_000
+DEFAULT_SOCKET_TIMEOUT_MS = 5_000
+DEFAULT_MAX_ATTEMPTS = 3
+# Errors that say "this connection (and so maybe every pooled one) is dead": the pool is emptied.
+_DEAD_CONNECTION = (ReadTimeoutError, ConnectTimeoutError, ConnectionClosedError, EndpointConnectionError)
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 
 _loader_lock = threading.Lock()
@@ -63,14 +89,24 @@ class S3ObjectStorage(ObjectStorage):
         endpoint_url: str | None = None,
         region: str | None = None,
         path_style: bool = False,
+        connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS,
+        socket_timeout_ms: int = DEFAULT_SOCKET_TIMEOUT_MS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        tcp_keepalive: bool = True,
     ) -> None:
         self._bucket = bucket
         self._prefix = _norm_prefix(prefix)
         self._endpoint_url = endpoint_url
         self._region = region
         self._path_style = path_style
+        self.connection_timeout_ms = connection_timeout_ms
+        self.socket_timeout_ms = socket_timeout_ms
+        self.max_attempts = max_attempts
+        self.tcp_keepalive = tcp_keepalive
         self._client: Any = None
         self._lock = threading.Lock()
+        self._write_failures = FailureStreak(self.describe)  # uploads: what write_failure() reports
+        self._delete_failures = FailureStreak(self.describe)
 
     def configure(self, configs: dict[str, str]) -> None:
         unknown = set(configs) - _CONFIG_KEYS
@@ -86,6 +122,14 @@ class S3ObjectStorage(ObjectStorage):
             self._region = configs["region"] or None
         if "path.style.access.enabled" in configs:
             self._path_style = config_bool(configs["path.style.access.enabled"], "path.style.access.enabled")
+        if "connection.timeout.ms" in configs:
+            self.connection_timeout_ms = config_int(configs["connection.timeout.ms"], "connection.timeout.ms", 1)
+        if "socket.timeout.ms" in configs:
+            self.socket_timeout_ms = config_int(configs["socket.timeout.ms"], "socket.timeout.ms", 1)
+        if "max.attempts" in configs:
+            self.max_attempts = config_int(configs["max.attempts"], "max.attempts", 1, 20)
+        if "tcp.keepalive.enabled" in configs:
+            self.tcp_keepalive = config_bool(configs["tcp.keepalive.enabled"], "tcp.keepalive.enabled")
         self.close()  # settings changed: the next call builds a fresh client
 
     @property
@@ -97,6 +141,9 @@ class S3ObjectStorage(ObjectStorage):
     @property
     def prefix(self) -> str:
         return self._prefix
+
+    def write_failure(self) -> str | None:
+        return self._write_failures.error
 
     def describe(self) -> str:
         where = f"s3://{self._bucket or '<unconfigured>'}/{self._prefix}"
@@ -113,16 +160,36 @@ class S3ObjectStorage(ObjectStorage):
                 config = Config(
                     request_checksum_calculation="when_required",
                     response_checksum_validation="when_required",
-                    retries={"mode": "standard"},
+                    connect_timeout=self.connection_timeout_ms / 1000,
+                    read_timeout=self.socket_timeout_ms / 1000,
+                    retries={"mode": "standard", "total_max_attempts": self.max_attempts},  # first try included
+                    tcp_keepalive=self.tcp_keepalive,
                     **options,
                 )
                 try:
-                    self._client = _new_session().client(
+                    client = _new_session().client(
                         "s3", endpoint_url=self._endpoint_url, region_name=self._region, config=config
                     )
                 except (BotoCoreError, ValueError) as err:
                     raise StorageBackendException(f"cannot create S3 client for {self.describe()}: {err}") from None
+                client.meta.events.register("needs-retry.s3", self._on_attempt_done)
+                self._client = client
             return self._client
+
+    def _on_attempt_done(self, caught_exception: Exception | None = None, **_: Any) -> None:
+        """botocore's per-attempt hook (it decides nothing: returns None)."""
+        if isinstance(caught_exception, _DEAD_CONNECTION):
+            self._drop_connections()
+
+    def _drop_connections(self) -> None:
+        """Close every pooled connection (the client stays usable and opens new ones); requests
+        in flight keep theirs until they end, then those are closed instead of pooled."""
+        client = self._client
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - best effort: the next attempt still has its timeouts
+                pass
 
     def _full(self, key: str) -> str:
         if not isinstance(key, str) or not key:
@@ -130,13 +197,15 @@ class S3ObjectStorage(ObjectStorage):
         return f"{self._prefix}{key}"
 
     def _error(self, op: str, key: str, err: Exception) -> StorageBackendException:
+        if isinstance(err, _DEAD_CONNECTION):
+            self._drop_connections()  # e.g. a streamed GET body that timed out (outside botocore's retries)
         if isinstance(err, ClientError):
             error = err.response.get("Error", {})
             code = str(error.get("Code", ""))
             if code in _NOT_FOUND:
                 return ObjectNotFound(key, self.describe())
             if code == "NoSuchBucket":
-                return StorageBackendException(f"S3 bucket {self._bucket!r} does not exist")
+                return BucketNotFound(f"bucket {self._bucket!r} does not exist")
             message = error.get("Message") or ""
             return StorageBackendException(
                 f"S3 {op} {key!r} in {self.describe()} failed: {code}" + (f": {message}" if message else "")
@@ -169,10 +238,13 @@ class S3ObjectStorage(ObjectStorage):
         try:
             self._s3().put_object(Bucket=self.bucket, Key=full, Body=body, ContentLength=length)
         except (ClientError, BotoCoreError) as err:
-            raise self._error("upload", key, err) from None
+            error = self._error("upload", key, err)
+            self._write_failures.failed("upload", key, error)
+            raise error from None
         finally:
             if spool is not None:
                 spool.close()
+        self._write_failures.succeeded()
 
     def fetch(self, key: str, range: ByteRange | None = None) -> bytes:  # noqa: A002
         full = self._full(key)
@@ -216,14 +288,20 @@ class S3ObjectStorage(ObjectStorage):
                     Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
                 )
             except (ClientError, BotoCoreError) as err:
-                raise self._error("delete", chunk[0][len(self._prefix) :], err) from None
+                error = self._error("delete", chunk[0][len(self._prefix) :], err)
+                self._delete_failures.failed("delete", chunk[0][len(self._prefix) :], error)
+                raise error from None
             errors = [e for e in response.get("Errors", []) if e.get("Code") not in _NOT_FOUND]
             if errors:
                 first = errors[0]
-                raise StorageBackendException(
+                error = StorageBackendException(
                     f"S3 delete failed for {len(errors)} object(s) in {self.describe()}, first "
                     f"{first.get('Key', '')[len(self._prefix):]!r}: {first.get('Code')}: {first.get('Message', '')}"
                 )
+                self._delete_failures.failed("delete", first.get("Key", "")[len(self._prefix):], error)
+                raise error
+        if full_keys:
+            self._delete_failures.succeeded()
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         full_prefix = f"{self._prefix}{prefix}"
@@ -267,6 +345,10 @@ class S3ObjectStorage(ObjectStorage):
                 client.close()
             except Exception:  # noqa: BLE001 - closing must not fail shutdown
                 pass
+
+
+class BucketNotFound(StorageBackendException):
+    """The configured bucket does not exist (S3's NoSuchBucket): a configuration error."""
 
 
 def _norm_prefix(prefix: str) -> str:

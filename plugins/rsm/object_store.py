@@ -6,6 +6,9 @@ garbage collection can touch the other's. Layout, one object per file::
 
     <key.prefix>/<topic>-<topicId>/<partition>/<startOffset 20 digits>-<segmentId>.<suffix>
 
+(a topic name longer than 232 characters is cut in the key so ``<topic>-<topicId>`` fits 255
+bytes, the file-name limit of the local store; the topic id keeps it unique)
+
 with suffixes ``log``, ``index``, ``timeindex`` and ``leader-epoch-checkpoint``. Topic and segment
 ids are Kafka's URL-safe base64 form. The log object is uploaded last, so a segment whose log
 object exists has all its indexes.
@@ -42,6 +45,18 @@ _CONFIG_KEYS = {"uri", "key.prefix"}
 def kafka_uuid(u: uuid.UUID) -> str:
     """Kafka's Uuid.toString: URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+MAX_KEY_COMPONENT_BYTES = 255  # a file name on the local store; S3 allows more, but keys must not change by store
+
+
+def topic_component(topic: str, topic_id: uuid.UUID) -> str:
+    """``<topic>-<topicId>``, with the topic cut so the whole fits 255 bytes (the local store makes
+    each key component a file name). The topic id keeps it unique; names up to 232 characters are
+    not cut, so keys of existing topics stay as they were (Kafka shortens its ``-delete`` dir names
+    the same way)."""
+    tid = kafka_uuid(topic_id)
+    return f"{topic[:MAX_KEY_COMPONENT_BYTES - len(tid) - 1]}-{tid}"
 
 
 class ObjectStoreRemoteStorageManager(RemoteStorageManager):
@@ -94,7 +109,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 
     # -- keys ----------------------------------------------------------------------------------
     def partition_prefix(self, topic: str, topic_id: uuid.UUID, partition: int) -> str:
-        return f"{self._prefix}/{topic}-{kafka_uuid(topic_id)}/{partition}/"
+        return f"{self._prefix}/{topic_component(topic, topic_id)}/{partition}/"
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         sid = metadata.segment_id

@@ -215,7 +215,9 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
                 if d is None or d.type != "list":
                     error = BrokerError(INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
                     break
-                current = (t.configs.get(c.name) if t is not None else None) or ""
+                # Kafka's ConfigAdminManager starts from the value in effect (the topic's own,
+                # else the broker's, else the default), not from an unset topic value.
+                current = (b.effective_topic_configs(t)[c.name][0] if t is not None else None) or ""
                 items = [x for x in current.split(",") if x]
                 vals = [x for x in (c.value or "").split(",") if x]
                 items = items + [v for v in vals if v not in items] if op == 2 else [x for x in items if x not in vals]

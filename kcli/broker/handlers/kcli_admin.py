@@ -67,7 +67,7 @@ async def broker_metrics(ctx: RequestContext, req: Any) -> dict[str, Any]:
         _parse(req)
         b = ctx.broker
         snap = b.metrics.snapshot()
-        gauges: dict[str, Any] = {}
+        gauges: dict[str, Any] = dict(snap.get("gauges", {}))  # e.g. background tasks in back-off
         for ext in b.extensions:
             fn = getattr(ext, "gauges", None)
             if callable(fn):
@@ -123,6 +123,7 @@ async def diskless_gc(ctx: RequestContext, req: Any) -> dict[str, Any]:
     async def run() -> Any:
         doc = _parse(req)
         return await views.gc(_engine(ctx), dry_run=bool(doc.get("dry_run", False)),
-                                orphans=bool(doc.get("orphans", True)))
+                                orphans=bool(doc.get("orphans", True)),
+                                unknown_objects=doc.get("unknown_objects", False) is True)
 
     return await _answer(run)

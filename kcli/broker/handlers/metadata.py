@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kcli.broker.broker import INTERNAL_TOPICS
+from kcli.broker.broker import INTERNAL_TOPICS, RESERVED_TOPICS
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.errors import BrokerError
 
@@ -19,8 +19,18 @@ AUTHORIZED_OPS_OMITTED = -2147483648
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
+    """Brokers with a live registration (kcli/cluster/); this broker at least, since it answers."""
     b = ctx.broker
-    return [{"node_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack}]
+    live = [{"node_id": r.node_id, "host": r.host, "port": r.port, "rack": r.rack} for r in b.metadata.live_brokers()]
+    if not any(e["node_id"] == b.node_id for e in live):
+        live.append({"node_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack})
+    return sorted(live, key=lambda e: e["node_id"])
+
+
+def controller_id(ctx: RequestContext) -> int:
+    """The broker elected for background decisions; this one when none is known yet."""
+    cid = ctx.broker.metadata.controller_id()
+    return cid if cid >= 0 else ctx.broker.node_id
 
 
 def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> dict[str, Any]:
@@ -65,7 +75,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     continue
                 name = t.name
             if b.topic(name) is None:
-                if auto and name not in INTERNAL_TOPICS:
+                if auto and name not in RESERVED_TOPICS:
                     try:
                         b.create_topic(name, -1, -1, {})
                         # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created.
@@ -81,7 +91,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "brokers": broker_entries(ctx),
         "cluster_id": b.cluster_id,
-        "controller_id": b.node_id,
+        "controller_id": controller_id(ctx),
         "topics": topics,
         "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
     }
@@ -92,7 +102,8 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     return {
         "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-        "cluster_id": b.cluster_id, "controller_id": b.node_id,
-        "brokers": [{"broker_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack}],
+        "cluster_id": b.cluster_id, "controller_id": controller_id(ctx),
+        "brokers": [{"broker_id": e["node_id"], "host": e["host"], "port": e["port"], "rack": e["rack"]}
+                    for e in broker_entries(ctx)],
         "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
     }

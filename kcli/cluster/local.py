@@ -1,0 +1,64 @@
+"""The single-node store: the metadata log in the data dir; this broker is the whole cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kcli.broker.metadata_log import ClusterState, MetadataLog
+from kcli.cluster.state import BrokerRegistration, RecordsListener
+
+
+class LocalClusterStore:
+    """Wraps :class:`MetadataLog`; registrations are this broker only; it is always controller."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.log = MetadataLog(Path(data_dir))
+        self._listener: RecordsListener | None = None
+        self._me: BrokerRegistration | None = None
+
+    @property
+    def state(self) -> ClusterState:
+        return self.log.state
+
+    @property
+    def path(self) -> Path:
+        return self.log.path
+
+    def open(self) -> ClusterState:
+        return self.log.open()
+
+    def set_listener(self, listener: RecordsListener | None) -> None:
+        self._listener = listener
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        records = list(records)
+        self.log.append(records)
+        if records and self._listener is not None:
+            self._listener(records)
+
+    def poll(self) -> list[dict[str, Any]]:
+        return []
+
+    def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
+        self._me = BrokerRegistration(node_id, host, port, rack)
+
+    def renew_lease(self) -> None:
+        pass
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        return [self._me] if self._me is not None else []
+
+    def is_controller(self) -> bool:
+        return True
+
+    def controller_id(self) -> int:
+        return self._me.node_id if self._me is not None else -1
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        await asyncio.sleep(0)
+
+    def close(self) -> None:
+        self.log.close()

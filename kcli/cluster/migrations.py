@@ -1,0 +1,63 @@
+"""Versioned schema of the shared cluster state in PostgreSQL, applied by every broker at start.
+
+Each step runs in one transaction that first takes a transaction-level advisory lock (so two
+brokers starting together migrate once) and sets ``lock_timeout``: a step that would wait for a
+table lock held by live traffic gives up after a few seconds (the broker start fails with a clear
+line and can be retried) instead of queueing every produce behind it. Steps only add things
+(CREATE TABLE / ADD COLUMN without a rewriting default); an index on a big table belongs in a
+``CREATE INDEX CONCURRENTLY`` step run outside a transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIGRATION_LOCK_ID = 0x6B636C6901  # "kcli" 01: pg_advisory_xact_lock key for schema changes
+LOCK_TIMEOUT = "5s"
+
+# (version, statements). Never edit a released step; append a new one.
+STEPS: list[tuple[int, list[str]]] = [
+    (1, [
+        """CREATE TABLE IF NOT EXISTS metadata_records (
+               "offset" bigserial PRIMARY KEY,
+               record jsonb NOT NULL,
+               node_id integer NOT NULL,
+               appended_at timestamptz NOT NULL DEFAULT now())""",
+        """CREATE TABLE IF NOT EXISTS brokers (
+               node_id integer PRIMARY KEY,
+               rack text,
+               listeners jsonb NOT NULL,
+               incarnation uuid NOT NULL,
+               registered_at timestamptz NOT NULL DEFAULT now(),
+               lease_expires_at timestamptz NOT NULL)""",
+    ]),
+]
+LATEST = STEPS[-1][0]
+
+
+def migrate(conn: Any) -> int:
+    """Bring the schema to :data:`LATEST`; returns the version found before. ``conn`` is a
+    psycopg connection in autocommit mode."""
+    with conn.transaction():
+        conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
+        conn.execute("""CREATE TABLE IF NOT EXISTS kcli_cluster_schema_version (
+                            version integer PRIMARY KEY,
+                            applied_at timestamptz NOT NULL DEFAULT now())""")
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM kcli_cluster_schema_version").fetchone()
+        before = int(row[0])
+    if before > LATEST:
+        raise RuntimeError(f"the cluster database has schema version {before}, newer than this kcli knows ({LATEST})")
+    for version, statements in STEPS:
+        if version <= before:
+            continue
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
+            done = conn.execute("SELECT 1 FROM kcli_cluster_schema_version WHERE version = %s", (version,)).fetchone()
+            if done:
+                continue  # another broker applied it while we waited for the lock
+            for sql in statements:
+                conn.execute(sql)
+            conn.execute("INSERT INTO kcli_cluster_schema_version (version) VALUES (%s)", (version,))
+    return before

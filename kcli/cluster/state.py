@@ -1,0 +1,91 @@
+"""The cluster-state interface the broker uses, whatever holds the state.
+
+The broker never asks which implementation it runs on: a local store (one broker, the metadata
+log in its data dir) and a PostgreSQL store (several brokers, one database) answer the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kcli.broker.metadata_log import ClusterState
+
+# Called with records after they were applied to the state, whether this broker appended them or
+# learned them from another broker: the broker's one path for acting on metadata changes.
+RecordsListener = Callable[[list[dict[str, Any]]], None]
+
+
+class ClusterStoreError(Exception):
+    """The shared state cannot be reached or used (start-up refuses with this message)."""
+
+
+class NodeIdInUseError(ClusterStoreError):
+    """Another live broker process holds this node id's registration lease."""
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A broker as Metadata responses list it (Kafka's RegisterBrokerRecord, reduced)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    incarnation: str = ""
+
+
+@dataclass
+class StoreSettings:
+    """Timing of leases and catch-up; defaults follow Kafka's broker.heartbeat.interval.ms and
+    broker.session.timeout.ms, so a dead broker leaves Metadata within ~10 s."""
+
+    session_timeout_ms: int = 9000
+    heartbeat_interval_ms: int = 2000
+    poll_interval_ms: int = 1000  # fallback catch-up when a NOTIFY is missed
+    connect_timeout_s: int = 5
+    statement_timeout_ms: int = 5000
+    listen: bool = True  # LISTEN/NOTIFY wake-ups (polling always runs as the fallback)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ClusterStateStore(Protocol):
+    """What the broker needs from shared cluster state."""
+
+    state: ClusterState
+
+    def open(self) -> ClusterState:
+        """Load every record so far into :attr:`state` (raises ClusterStoreError)."""
+
+    def set_listener(self, listener: RecordsListener | None) -> None:
+        """Who hears about applied records (local appends and records learned from others)."""
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        """Validate, then durably write ``records`` as one unit after every record written
+        before them, then apply them. Raises InvalidRecordError / BrokerError (refused, nothing
+        written) or a retriable BrokerError when the store cannot be reached."""
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Apply records other brokers appended since the last call; returns them."""
+
+    def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
+        """Register this broker; NodeIdInUseError if another live process holds ``node_id``."""
+
+    def renew_lease(self) -> None:
+        """Extend this broker's registration lease."""
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        """Brokers with a live lease, by node id (cached; refreshed by :meth:`run`)."""
+
+    def is_controller(self) -> bool:
+        """Whether this broker is the one that makes background decisions now."""
+
+    def controller_id(self) -> int:
+        """Node id of the current controller, or -1 when none is known."""
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        """Background work until ``stopping()``: catch-up, lease renewal, controller election."""
+
+    def close(self) -> None:
+        """Give up the registration and the controller role, release connections."""
