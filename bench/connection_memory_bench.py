@@ -22,37 +22,9 @@ from brokers import machine
 from report import record
 
 from tests.brokerproc import BrokerProcess
+from tests.wire_helpers import api_versions_request, read_response, rss_bytes
 
 MiB = 1024 * 1024
-
-
-def rss_bytes(pid: int) -> int:
-    """The process's resident set size (VmRSS in /proc/<pid>/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def api_versions_request(correlation_id: int) -> bytes:
-    """A whole ApiVersions v0 frame (size prefix, header v1, empty body)."""
-    client_id = b"mem-bench"
-    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
-    return struct.pack(">i", len(body)) + body
-
-
-def read_response(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            out += chunk
-        return bytes(out)
-
-    (size,) = struct.unpack(">i", exactly(4))
-    return exactly(size)
 
 
 def settle(pid: int, seconds: float, pick=min) -> int:

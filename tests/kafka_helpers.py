@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -69,6 +69,22 @@ def consume_all(bootstrap: str, topic: str, expected: int, *, timeout: float = 3
             if m.error():
                 raise KafkaException(m.error())
             out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+def partition_values(bootstrap: str, topic: str, partition: int, expected: int, *, timeout: float = 20.0) -> list[bytes]:
+    """Values of one partition from offset 0, until ``expected`` arrived (or time out)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, partition, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                out.append(m.value())
     finally:
         c.close()
     return out

@@ -162,6 +162,9 @@ CASES: dict[str, list[Case]] = {
         # nothing listens on port 1: one line within the connect timeout, exit 1
         C("broker", "start", "--data-dir", "{tmp}/b10", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
           "--node-id", "1", code=1, needle="127.0.0.1:1"),
+        # a cluster shares diskless state through PostgreSQL: a per-broker SQLite coordinator is refused
+        C("broker", "start", "--data-dir", "{tmp}/b11", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
+          "--node-id", "1", "--coordinator", "sqlite:///{tmp}/c.db", needle="--coordinator"),
     ],
     "broker metrics": [
         C("broker", "metrics", "--bogus", needle="--bogus"),

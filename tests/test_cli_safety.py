@@ -224,6 +224,9 @@ def test_broker_json_naming_another_clusters_broker_is_refused(broker_factory, c
     proc = run_kcli(env, "topics", "create", "--topic", topic)
     assert_one_line_error(proc, 1, _cluster_id(mine.data_dir), _cluster_id(other.data_dir), other.bootstrap)
     assert topic not in run_kcli(env, "-b", other.bootstrap, "topics", "list").stdout.split()
+    # The read-only commands that find a broker through broker.json are checked the same way.
+    metrics = run_kcli(env, "broker", "metrics")
+    assert_one_line_error(metrics, 1, _cluster_id(mine.data_dir), _cluster_id(other.data_dir), other.bootstrap)
     assert mine.alive() and other.alive()
 
 

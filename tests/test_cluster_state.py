@@ -139,7 +139,7 @@ def test_other_brokers_learn_appends_promptly_through_notify(pg_stores):
     try:
         time.sleep(1.0)  # let the LISTEN connection come up (the first wake-up catches up anyway)
         a.append(topic_recs("via-notify"))
-        wait_for(lambda: "via-notify" in b.state.topics, 5, "the NOTIFY wake-up")
+        wait_for(lambda: "via-notify" in b.state.topics, 10, "the NOTIFY wake-up")
         assert [r["type"] for r in heard] == ["TopicRecord", "PartitionRecord"]
     finally:
         halt()
@@ -153,7 +153,7 @@ def test_polling_catches_up_when_a_notify_is_missed(pg_stores, pg_database):  # 
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute("INSERT INTO metadata_records (record, node_id) VALUES (%s, 1)",
                          (psycopg.types.json.Jsonb(topic_recs("no-notify")[0]),))
-        wait_for(lambda: "no-notify" in b.state.topics, 5, "the polling fallback")
+        wait_for(lambda: "no-notify" in b.state.topics, 10, "the polling fallback")
     finally:
         halt()
 
@@ -212,7 +212,7 @@ def test_a_live_node_id_cannot_be_taken_and_an_expired_lease_drops_out(pg_stores
         a.renew_lease()
         a.refresh_brokers()
         return [x.node_id for x in a.live_brokers()] == [1]
-    wait_for(only_a, 5, "node 2's lease to expire")
+    wait_for(only_a, 10, "node 2's lease to expire")
     pg_stores(2).register_broker(2, "r2", "127.0.0.1", 9012)  # an expired node id can be taken again
 
 
@@ -225,7 +225,7 @@ def test_one_controller_and_another_takes_over(pg_stores, pg_database):  # noqa:
         n = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                          "WHERE application_name = 'kcli-broker-1-controller'").rowcount
     assert n == 1
-    wait_for(b.elect, 5, "node 2 to take over")
+    wait_for(b.elect, 10, "node 2 to take over")
     assert b.controller_id() == 2
     assert a.elect() is False  # a notices its connection is gone and does not claim the role
     assert a.controller_id() == 2
@@ -256,7 +256,9 @@ def test_unreachable_database_is_a_retriable_error_for_appends(pg_stores, pg_dat
 
 # ---- real brokers -------------------------------------------------------------------------------
 
-FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+        "diskless.append.commit.interval.ms": "50"}
+DISKLESS = {"diskless.enable": "true"}  # the only kind a cluster hosts yet (docs/cluster.md)
 
 
 def cluster_broker(broker_factory, url: str, node_id: int, rack: str) -> Any:
@@ -269,6 +271,10 @@ def brokers_of(bootstrap: str) -> dict[int, str]:
     return {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
 
 
+def controller_of(bootstrap: str) -> int:
+    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).controller_id
+
+
 def racks_of(bootstrap: str) -> dict[int, str | None]:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # keep the handle alive until the result
     nodes = admin.describe_cluster(request_timeout=10).result(15).nodes
@@ -279,11 +285,10 @@ def test_two_brokers_share_topics_and_see_each_other(broker_factory, pg_database
     b1 = cluster_broker(broker_factory, pg_database, 1, "rack-a")
     b2 = cluster_broker(broker_factory, pg_database, 2, "rack-b")
     a1 = AdminClient({"bootstrap.servers": b1.bootstrap})
-    a1.create_topics([NewTopic("shared", 3, 1, config={"retention.ms": "123456"})])["shared"].result(15)
+    a1.create_topics([NewTopic("shared", 3, 1, config={**DISKLESS, "retention.ms": "123456"})])["shared"].result(15)
     md = wait_for(lambda: (m := AdminClient({"bootstrap.servers": b2.bootstrap}).list_topics(timeout=10))
                   .topics.get("shared") and m, 10, "broker 2 to learn the topic")
     assert sorted(md.topics["shared"].partitions) == [0, 1, 2]
-    assert (b2.data_dir / "shared-0").is_dir()  # a learned record acts like a local one
     a2 = AdminClient({"bootstrap.servers": b2.bootstrap})
     described = a2.describe_configs([ConfigResource(ResourceType.TOPIC, "shared")])
     configs = next(iter(described.values())).result(15)
@@ -318,6 +323,9 @@ def test_a_killed_broker_leaves_metadata_and_rejoins(broker_factory, pg_database
     b2.start()
     wait_for(lambda: set(brokers_of(b1.bootstrap)) == {1, 2}, 10, "broker 2 to rejoin")
     assert set(brokers_of(b2.bootstrap)) == {1, 2}
+    assert controller_of(b2.bootstrap) == 1  # broker 1 started first and holds the controller lock
+    b1.kill9()  # its database session ends with the process: broker 2 takes over
+    wait_for(lambda: controller_of(b2.bootstrap) == 2, 10, "broker 2 to become the controller")
 
 
 def test_database_outage_is_retriable_and_the_broker_recovers(broker_factory):
@@ -327,11 +335,11 @@ def test_database_outage_is_retriable_and_the_broker_recovers(broker_factory):
         url = server.url(server.create_database())
         b = cluster_broker(broker_factory, url, 1, "rack-a")
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        admin.create_topics([NewTopic("before", 1, 1)])["before"].result(15)
+        admin.create_topics([NewTopic("before", 1, 1, config=DISKLESS)])["before"].result(15)
         server.stop()
         started = time.monotonic()
         with pytest.raises(KafkaException) as err:
-            admin.create_topics([NewTopic("during", 1, 1)], request_timeout=20)["during"].result(30)
+            admin.create_topics([NewTopic("during", 1, 1, config=DISKLESS)], request_timeout=20)["during"].result(30)
         assert err.value.args[0].code() == KafkaError.REQUEST_TIMED_OUT  # retriable, not a dropped connection
         assert time.monotonic() - started < 15
         assert "before" in admin.list_topics(timeout=10).topics  # reads go on from the applied state
@@ -339,7 +347,7 @@ def test_database_outage_is_retriable_and_the_broker_recovers(broker_factory):
 
         def created() -> bool:
             try:
-                admin.create_topics([NewTopic("after", 1, 1)])["after"].result(15)
+                admin.create_topics([NewTopic("after", 1, 1, config=DISKLESS)])["after"].result(15)
                 return True
             except KafkaException as e:
                 assert e.args[0].code() == KafkaError.REQUEST_TIMED_OUT, e
@@ -374,3 +382,63 @@ def test_producer_ids_stay_unique_when_another_broker_took_the_next_block(broker
                      (psycopg.types.json.Jsonb(record("ProducerIdsRecord", nextProducerId=first[1] + 500)),))
     assert init_producer_id(b2) == (0, first[1] + 500)  # not the stale first[1] + 1, and no error
     assert init_producer_id(b1) == (0, first[1] + 501)
+
+
+def test_migrations_run_once_and_a_newer_schema_is_refused(pg_database):  # noqa: F811
+    from kcli.cluster.migrations import LATEST, migrate
+    from kcli.cluster.state import ClusterStoreError
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(pg_database, autocommit=True) as conn:
+                migrate(conn)
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]  # brokers starting together
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM kcli_cluster_schema_version").fetchall() == [(LATEST,)]
+        conn.execute("INSERT INTO kcli_cluster_schema_version (version) VALUES (%s)", (LATEST + 1,))
+    store = PostgresClusterStore(pg_database, 1)
+    with pytest.raises(ClusterStoreError, match="newer than this kcli"):
+        store.open()
+
+
+def test_diskless_records_written_through_one_broker_are_read_through_another(broker_factory, pg_database,  # noqa: F811
+                                                                              tmp_path):
+    """The cluster's point: one object store, one PostgreSQL (metadata and, by default, the batch
+    coordinator), any broker accepts produce and fetch for a diskless partition. An idempotent
+    producer writes only through broker 1; a consumer reads only through broker 2 and gets every
+    record exactly once, in per-partition order. A classic topic is refused: each broker would
+    keep its own copy of its partitions."""
+    from tests.kafka_helpers import consume_all, produce
+
+    store = ["--object-store", (tmp_path / "objects").as_uri()]
+    b1 = broker_factory(FAST, name="node1", extra_args=["--cluster", pg_database, "--node-id", "1", *store])
+    b2 = broker_factory(FAST, name="node2", extra_args=["--cluster", pg_database, "--node-id", "2", *store])
+    a1 = AdminClient({"bootstrap.servers": b1.bootstrap})
+    a1.create_topics([NewTopic("orders", 3, 1, config=DISKLESS)])["orders"].result(15)
+    wait_for(lambda: "orders" in AdminClient({"bootstrap.servers": b2.bootstrap}).list_topics(timeout=10).topics,
+             10, "broker 2 to learn the topic")
+    values = [b"%05d" % i for i in range(300)]
+    produce(b1.bootstrap, "orders", values, keys=[b"%d" % (i % 7) for i in range(300)], **{"enable.idempotence": True})
+    got = consume_all(b2.bootstrap, "orders", len(values), timeout=60)
+    assert sorted(m.value() for m in got) == values  # every record, once
+    for p in range(3):
+        offsets = [m.offset() for m in got if m.partition() == p]
+        assert offsets == list(range(len(offsets)))  # gapless, in order
+        seq = [m.value() for m in got if m.partition() == p]
+        assert seq == sorted(seq)  # the producer's order within the partition
+
+    a2 = AdminClient({"bootstrap.servers": b2.bootstrap})  # keep the handle alive until the result
+    futures = a2.create_topics([NewTopic("classic", 1, 1)])
+    with pytest.raises(KafkaException) as err:
+        futures["classic"].result(15)
+    assert err.value.args[0].code() == KafkaError.INVALID_REQUEST and "cluster mode" in err.value.args[0].str()

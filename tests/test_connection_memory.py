@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,45 +21,23 @@ from kcli.broker.read_budget import ReadBudget
 from kcli.protocol.client import WireClient
 from tests.fixtures_cli import REPO, assert_one_line_error, cli_env  # noqa: F401 - fixture
 from tests.kafka_helpers import consume_all, create_topic, produce
+from tests.wire_helpers import api_versions_request, recv_exactly, rss_bytes
 
 MiB = 1024 * 1024
 
 
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
 def peak_rss(pid: int, seconds: float) -> int:
     """The highest RSS seen while the broker runs for ``seconds`` (it may still be allocating)."""
-    peak = rss(pid)
+    peak = rss_bytes(pid)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        peak = max(peak, rss(pid))
+        peak = max(peak, rss_bytes(pid))
     return peak
 
 
-def api_versions(correlation_id: int) -> bytes:
-    client_id = b"mem-test"
-    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
-    return struct.pack(">i", len(body)) + body
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        out += chunk
-    return bytes(out)
-
-
 def ask_api_versions(sock: socket.socket, correlation_id: int = 1) -> None:
-    sock.sendall(api_versions(correlation_id))
+    sock.sendall(api_versions_request(correlation_id))
     (size,) = struct.unpack(">i", recv_exactly(sock, 4))
     body = recv_exactly(sock, size)
     assert struct.unpack(">ih", body[:6]) == (correlation_id, 0)  # correlation id, error_code NONE
@@ -76,7 +53,7 @@ def warm_up(broker) -> int:
     for i in range(4):
         serves(broker)
     time.sleep(1.0)
-    return rss(broker.proc.pid)
+    return rss_bytes(broker.proc.pid)
 
 
 def announce(broker, size: int, payload: int) -> socket.socket:
@@ -126,10 +103,10 @@ def test_idle_connections_cost_a_few_kb_and_memory_returns_after_close(broker):
         for s in socks:
             s.close()
     deadline = time.monotonic() + 15  # the idle sweep runs every 2 s
-    after = rss(broker.proc.pid)
+    after = rss_bytes(broker.proc.pid)
     while after - base > 4 * MiB and time.monotonic() < deadline:
         time.sleep(0.5)
-        after = rss(broker.proc.pid)
+        after = rss_bytes(broker.proc.pid)
     print(f"RSS after closing {n} connections: {(after - base) / MiB:+.2f} MiB over baseline")
     assert after - base < 4 * MiB
     serves(broker)
@@ -151,10 +128,10 @@ def test_buffers_grown_by_a_burst_are_given_back_when_connections_go_idle(broker
         print(f"RSS growth with 64 connections after a 100 KB request each: {grown / MiB:.2f} MiB")
         assert grown > 6 * MiB  # the buffers did grow (64 x 128 KiB = 8 MiB)
         deadline = time.monotonic() + 15  # the sweep runs every 2 s; a buffer goes after a quiet interval
-        now = rss(b.proc.pid) - base
+        now = rss_bytes(b.proc.pid) - base
         while now > grown / 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-            now = rss(b.proc.pid) - base
+            now = rss_bytes(b.proc.pid) - base
         print(f"... after they went idle: {now / MiB:.2f} MiB")
         assert now <= grown / 2, f"idle connections still hold {now / MiB:.1f} of {grown / MiB:.1f} MiB"
         for c in clients:  # and they still work

@@ -349,6 +349,24 @@ def test_brokers_starting_together_migrate_once(pg_database: str) -> None:
         c.close()
 
 
+def test_a_migration_that_cannot_get_its_lock_gives_up_in_bounded_time(pg_database: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """lock_timeout bounds every wait of a migration step (the advisory lock included), and the
+    retries are counted: a broker never hangs at start behind a stuck migration."""
+    import plugins.coordinator.postgresql as pg
+
+    monkeypatch.setattr(pg, "MIGRATION_LOCK_TIMEOUT_MS", 300)
+    monkeypatch.setattr(pg, "MIGRATION_ATTEMPTS", 3)
+    with psycopg.connect(pg_database, connect_timeout=10) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))  # held for the whole test
+        started = time.monotonic()
+        with pytest.raises(CoordinatorException, match="lock timeout"):
+            PostgresBatchCoordinator(pg_database)
+        elapsed = time.monotonic() - started
+    assert 0.9 <= elapsed < 10, elapsed  # three attempts of 0.3 s plus the pauses between them
+    PostgresBatchCoordinator(pg_database).close()  # the lock gone, the migration runs
+
+
 def test_newer_schema_and_foreign_database_are_refused(pg_database: str, pg_server: PgServer) -> None:
     PostgresBatchCoordinator(pg_database).close()
     with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:

@@ -336,6 +336,7 @@ def test_delete_records_retention_topic_deletion_and_orphans_end_in_object_delet
     # orphans: objects under wal/ with an upload intent the coordinator never committed, once older
     # than the grace period; an object with no record at all is only reported (an unknown object)
     old = b.data_dir / "objects" / "wal" / str(uuid.uuid4())
+    old.parent.mkdir(exist_ok=True)  # the store removes directories its deletes leave empty
     old.write_bytes(b"\x00orphan")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     record_upload_intent(b.data_dir, f"wal/{old.name}", at_ms=int(time.time() * 1000) - 3_600_000)

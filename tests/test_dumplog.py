@@ -18,13 +18,20 @@ from pathlib import Path
 
 import boto3
 import pytest
-from hypothesis import HealthCheck, given, settings
+from crc32c import crc32c
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kcli.dumplog import BytesSource, DumpOptions, LocalSource, batchlines, dump_file, readers, sources
+from kcli.dumplog import (
+    BytesSource,
+    DumpOptions,
+    LocalSource,
+    batchlines,
+    dump_file,
+    readers,
+    sources,
+)
 from kcli.dumplog import format as dumpformat
-from crc32c import crc32c
-
 from kcli.dumplog.decoders import text_decoder
 from kcli.dumplog.detect import Kind, detect
 from kcli.dumplog.format import HEADER, RecordFormatter, batch_text
@@ -459,8 +466,12 @@ def test_s3_objects_prefixes_and_errors(s3_bucket: str, tmp_path: Path, capsys, 
 def test_wal_annotated_from_sqlite_coordinator(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     import uuid
 
-    from plugins.coordinator.base import CommitBatchRequest, CreateTopicAndPartitionsRequest, DeleteRecordsRequest
-    from plugins.coordinator.base import TopicIdPartition
+    from plugins.coordinator.base import (
+        CommitBatchRequest,
+        CreateTopicAndPartitionsRequest,
+        DeleteRecordsRequest,
+        TopicIdPartition,
+    )
     from plugins.coordinator.sqlite import SqliteBatchCoordinator
 
     orders = TopicIdPartition(uuid.uuid4(), "orders", 0)
@@ -821,6 +832,9 @@ def _lines_or_error(method, raw: bytes, h: tuple) -> tuple:  # noqa: ANN001
 @_RECORD_PATHS
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_batch, st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=3))
+@example(b={"records": [(None, None, [])], "base": 0, "ts0": -1, "ts_step": 0, "codec": "zstd",  # found by Hypothesis
+            "producer": (-1, -1, -1), "gaps": False, "log_append_time": False, "control": False,
+            "transactional": False, "leader_epoch": 0}, flips=[(15, 130)])
 def test_record_lines_on_damaged_records_match_reference(compiled: object, b: dict,
                                                           flips: list[tuple[int, int]]) -> None:
     """Bytes changed anywhere after the header (lengths, varints, counts, UTF-8 of header keys,
@@ -832,7 +846,14 @@ def test_record_lines_on_damaged_records_match_reference(compiled: object, b: di
     fast = RecordFormatter(False, False, str, str, track_offsets=True)
     ref = RecordFormatter(False, False, str, str, track_offsets=True)
     with _patched(dumpformat, compiled_record_lines=compiled):
-        assert _lines_or_error(fast.text, bytes(raw), h) == _lines_or_error(ref.text_reference, bytes(raw), h)
+        got, want = _lines_or_error(fast.text, bytes(raw), h), _lines_or_error(ref.text_reference, bytes(raw), h)
+    if h[5] & 7 and want[0] == "error" and "Can't read" in want[2]:
+        # aiokafka's compiled reader reads a varint past the end of a short decompressed buffer
+        # and reports whatever bytes lie there ("Can't read <garbage> bytes from pos 11", a
+        # different number from one call to the next): only the kind of error can be compared.
+        assert got[:2] == want[:2]
+    else:
+        assert got == want
     assert (fast.first_offset, fast.last_offset, fast.non_consecutive) == (
         ref.first_offset, ref.last_offset, ref.non_consecutive)
 

@@ -8,16 +8,14 @@ a real broker process and real clients.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from kcli.protocol.client import WireClient
 from tests.diskless_helpers import local_wal_objects, wait_until
 from tests.fixtures_cli import cli_env, run_kcli  # noqa: F401 - fixture
-from tests.kafka_helpers import consume_all, create_topic, produce
+from tests.kafka_helpers import consume_all, create_topic, partition_values, produce
 
 LONG = "l" * 240 + "-orders.x"  # 249 characters, Kafka's maximum
 assert len(LONG) == 249
@@ -30,19 +28,6 @@ TIERED = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.i
 DISKLESS = {"diskless.append.commit.interval.ms": "50", "group.initial.rebalance.delay.ms": "0"}
 
 
-def partition_values(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, partition, 0)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + 20
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is not None and not m.error():
-                out.append(m.value())
-    finally:
-        c.close()
-    return out
 
 
 def test_shrink_of_a_249_character_topic(broker_factory, cli_env):  # noqa: F811

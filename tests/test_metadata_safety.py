@@ -7,11 +7,10 @@ or a handler exception dropped the client's connection instead of answering.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -21,7 +20,13 @@ from confluent_kafka.admin import (
 
 from kcli.crcjson import encode_line
 from kcli.protocol.client import WireClient
-from tests.kafka_helpers import admin, consume_all, create_topic, produce
+from tests.kafka_helpers import (
+    admin,
+    consume_all,
+    create_topic,
+    partition_values,
+    produce,
+)
 
 INVALID_CONFIG = 40
 KAFKA_STORAGE_ERROR = 56
@@ -46,19 +51,6 @@ def metadata_ok(c: WireClient, topic: str) -> int:
     return int(md.topics[0].error_code)
 
 
-def partition_values(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, partition, 0)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + 20
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is not None and not m.error():
-                out.append(m.value())
-    finally:
-        c.close()
-    return out
 
 
 def metadata_log(data_dir: Path) -> Path:

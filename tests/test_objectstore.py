@@ -424,3 +424,35 @@ def test_loader_errors_are_one_line(name: str, message: str) -> None:
         load_class(name, ObjectStorage)
     assert "\n" not in str(info.value)
     assert info.value.exit_code == 2
+
+
+def test_local_delete_removes_directories_it_leaves_empty(tmp_path: Path) -> None:
+    """Deletions leave no empty directories behind (an S3 prefix leaves none either), the root
+    stays, and an upload racing with the clean-up of its directory still lands."""
+    root = tmp_path / "objects"
+    store = LocalObjectStorage(root)
+    store.upload("wal/ab/one", b"1", 1)
+    store.upload("wal/ab/two", b"2", 1)
+    store.delete(["wal/ab/one"])
+    assert (root / "wal" / "ab").is_dir()  # still holds "two"
+    store.delete(["wal/ab/two"])
+    assert root.is_dir() and list(root.iterdir()) == []
+    errors: list[BaseException] = []
+
+    def churn(n: int) -> None:
+        try:
+            for i in range(200):
+                key = f"wal/x/{n}-{i}"
+                store.upload(key, b"x", 1)
+                assert store.fetch(key) == b"x"
+                store.delete([key])
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert list(root.iterdir()) == []

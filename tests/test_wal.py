@@ -14,7 +14,6 @@ from kcli.diskless.wal import (
     WalBuilder,
     WalError,
     commit_batch_requests,
-    find_orphan_objects,
     new_object_key,
     parse_wal,
 )
@@ -223,26 +222,4 @@ def test_produce_commit_fetch_roundtrip(store: ObjectStorage, tmp_path: Path) ->
     key2 = new_object_key()
     store.upload(key2, data2, len(data2))
     assert coordinator.commit_file(key2, 1, len(data2), commit_batch_requests(refs2))[0].assigned_base_offset == 5
-    coordinator.close()
-
-
-def test_orphan_objects_are_unknown_and_old_enough(tmp_path: Path) -> None:
-    store = LocalObjectStorage(tmp_path / "objects")
-    coordinator = SqliteBatchCoordinator(tmp_path / "coordinator.db")
-    coordinator.create_topic_and_partitions([CreateTopicAndPartitionsRequest(TOPIC, "orders", 1)])
-    keys = [new_object_key() for _ in range(3)]
-    for key in keys:
-        builder = WalBuilder()
-        builder.add(A0, batch())
-        data, refs = builder.build()
-        store.upload(key, data, len(data))
-        if key != keys[1]:  # keys[1]: uploaded, but its commit never happened
-            coordinator.commit_file(key, 0, len(data), commit_batch_requests(refs))
-    store.upload("tiered/other-data", b"x", 1)  # outside the WAL prefix: never an orphan
-    now = max(o.last_modified_ms for o in store.list())
-    known = coordinator.known_object_keys()
-    assert known == {keys[0], keys[2]}
-    assert find_orphan_objects(store, known, min_age_ms=60_000, now_ms=now) == []  # too young
-    orphans = find_orphan_objects(store, known, min_age_ms=60_000, now_ms=now + 60_000)
-    assert [o.key for o in orphans] == [keys[1]]
     coordinator.close()

@@ -507,6 +507,12 @@ class Broker:
             raise BrokerError(INVALID_REPLICATION_FACTOR,
                               f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
         clean = self.validate_topic_configs(configs, creating=True)
+        if clean.get("diskless.enable") != "true" and not self.metadata.single_broker:
+            # Every broker would host its own copy of a classic partition: refused until one
+            # broker of the cluster hosts each partition (docs/cluster.md).
+            raise BrokerError(INVALID_REQUEST, "classic and tiered topics are not available in cluster mode yet "
+                                               "(no partition hosting across brokers); create a diskless topic "
+                                               "(diskless.enable=true)")
         if validate_only:
             return None
         if clean.get("diskless.enable") == "true":

@@ -35,14 +35,21 @@ def start(
     opts = options(ctx)
     configure_logging(opts.verbose)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
-    if coordinator:
+    extra.update(cluster_options(cluster, node_id, rack))
+    if coordinator or cluster:
         from kcli.diskless.storage_setup import coordinator_uri_settings
 
-        extra.update(coordinator_uri_settings(coordinator))
-    extra.update(cluster_options(cluster, node_id, rack))
+        # In a cluster the batch coordinator's tables live in the cluster database by default.
+        extra.update(coordinator_uri_settings(coordinator or cluster))  # type: ignore[arg-type]
     cfg = build_config(config, config_file, extra)
     if cluster is not None and "node.id" not in cfg.explicit:
         raise UsageError("--cluster needs --node-id N (each broker of a cluster has its own node id)")
+    if cluster is not None:
+        from kcli.diskless.storage_setup import POSTGRES_COORDINATOR_CLASS, coordinator_class_name
+
+        if coordinator_class_name(cfg) != POSTGRES_COORDINATOR_CLASS:
+            raise UsageError("--cluster: diskless data is shared through a PostgreSQL batch coordinator; give "
+                             "--coordinator postgresql://... or leave it out to use the cluster database")
     if cluster is not None:
         from kcli.cluster.factory import check_reachable
         from kcli.cluster.state import ClusterStoreError

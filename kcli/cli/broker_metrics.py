@@ -15,15 +15,15 @@ from kcli.errors import OperationError
 
 
 def target_bootstrap(opts: GlobalOptions) -> str:
-    from kcli.broker.runner import default_data_dir, running_broker_address
+    from kcli.broker.embedded import default_data_dir, running_broker
     from kcli.ops.connection import resolve
 
     conn = resolve(opts)
     if conn is not None:
         return conn.bootstrap.split(",")[0].strip()
-    running = running_broker_address(default_data_dir())
-    if running:
-        return running
+    running = running_broker(default_data_dir())  # checked like every other command's (lock, cluster id)
+    if running is not None:
+        return running.bootstrap
     raise OperationError(
         "no broker to ask: give --bootstrap-server (or --context), or start one with `kcli broker start`")
 

@@ -28,7 +28,7 @@ def complete_topic(incomplete: str) -> list[str]:
     import os
 
     try:
-        from kcli.broker.embedded import default_data_dir, running_broker_address
+        from kcli.broker.embedded import default_data_dir, running_broker
         from kcli.contexts import load as load_contexts
 
         bootstrap = os.environ.get("KCLI_BOOTSTRAP_SERVER")
@@ -42,7 +42,9 @@ def complete_topic(incomplete: str) -> list[str]:
                     props = dict(getattr(ctx, "properties", {}) or {})
             except Exception:
                 bootstrap = None
-        bootstrap = bootstrap or running_broker_address(default_data_dir())
+        if not bootstrap:
+            running = running_broker(default_data_dir())  # never another cluster's broker
+            bootstrap = running.bootstrap if running is not None else None
         if not bootstrap:
             return []
         from confluent_kafka.admin import AdminClient

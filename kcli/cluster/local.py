@@ -14,6 +14,8 @@ from kcli.cluster.state import BrokerRegistration, RecordsListener
 class LocalClusterStore:
     """Wraps :class:`MetadataLog`; registrations are this broker only; it is always controller."""
 
+    single_broker = True
+
     def __init__(self, data_dir: Path) -> None:
         self.log = MetadataLog(Path(data_dir))
         self._listener: RecordsListener | None = None

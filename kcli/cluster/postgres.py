@@ -84,6 +84,8 @@ def reason(err: BaseException) -> str:
 class PostgresClusterStore:
     """The :class:`kcli.cluster.state.ClusterStateStore` of a cluster whose state is in PostgreSQL."""
 
+    single_broker = False
+
     def __init__(self, url: str, node_id: int, settings: StoreSettings | None = None) -> None:
         self.url = url
         self.node_id = node_id

@@ -54,6 +54,10 @@ class ClusterStateStore(Protocol):
     """What the broker needs from shared cluster state."""
 
     state: ClusterState
+    # True when no other broker can apply these records (the local metadata log). Classic and
+    # tiered partitions live in one broker's data dir, so until partitions are hosted by one
+    # broker of a cluster, only such a store may create them (docs/cluster.md).
+    single_broker: bool
 
     def open(self) -> ClusterState:
         """Load every record so far into :attr:`state` (raises ClusterStoreError)."""

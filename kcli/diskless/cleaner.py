@@ -273,24 +273,34 @@ class ListingScan:
     stale_intents: list[str]  # intents past the grace period whose object is not in the listing
 
 
+def uncommitted_kind(key: str, last_modified_ms: int, intent_at_ms: int | None, known: "set[str] | frozenset[str]",
+                     now: int, grace_ms: int) -> str | None:
+    """The garbage rule for one listed WAL object: ``None`` (committed, or too young to judge —
+    the grace period counts from the later of its mtime and its intent), ``"orphan"`` (this
+    cluster recorded an intent and never committed it: provably garbage) or ``"unknown"`` (no
+    record at all: reported, deleted only on request). The broker's cleaner, offline gc and the
+    Spark gc task all sort objects through this one function."""
+    if key in known:
+        return None
+    born = last_modified_ms if intent_at_ms is None else max(last_modified_ms, intent_at_ms)
+    if now - born < grace_ms:
+        return None
+    return "unknown" if intent_at_ms is None else "orphan"
+
+
 def classify_listing(listed: "list[ObjectInfo]", intents: "list[UploadIntent]", known: set[str],
                      in_flight: set[str], now: int, grace_ms: int) -> ListingScan:
-    """Pure, so the rule is tested on its own. An object in flight or younger than the grace
-    period (counted from the later of its mtime and its intent) is neither orphan nor unknown yet."""
-    by_key = {i.object_key: i for i in intents}
-    orphans: list[str] = []
-    unknown: list[str] = []
+    """Pure, so the rule is tested on its own. An object in flight is neither orphan nor unknown yet."""
+    by_key = {i.object_key: i.created_at_ms for i in intents}
+    sorted_out: dict[str, list[str]] = {"orphan": [], "unknown": []}
     seen: set[str] = set()
     for info in listed:
-        key = info.key
-        seen.add(key)
-        if key in known or key in in_flight:
+        seen.add(info.key)
+        if info.key in in_flight:
             continue
-        intent = by_key.get(key)
-        born = info.last_modified_ms if intent is None else max(info.last_modified_ms, intent.created_at_ms)
-        if now - born < grace_ms:
-            continue
-        (unknown if intent is None else orphans).append(key)
-    stale = [i.object_key for i in intents if i.object_key not in seen and i.object_key not in known
-             and i.object_key not in in_flight and now - i.created_at_ms >= grace_ms]
-    return ListingScan(orphans, unknown, stale)
+        kind = uncommitted_kind(info.key, info.last_modified_ms, by_key.get(info.key), known, now, grace_ms)
+        if kind is not None:
+            sorted_out[kind].append(info.key)
+    stale = [key for key, at in by_key.items() if key not in seen and key not in known
+             and key not in in_flight and now - at >= grace_ms]
+    return ListingScan(sorted_out["orphan"], sorted_out["unknown"], stale)

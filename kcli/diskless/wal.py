@@ -13,7 +13,6 @@ the producer's bytes exactly; readers patch offsets in memory after fetching.
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
@@ -23,7 +22,6 @@ from kcli.records.batch import BatchHeader, InvalidBatchError, read_header
 
 if TYPE_CHECKING:
     from plugins.coordinator.base import CommitBatchRequest
-    from plugins.objectstore.base import ObjectInfo, ObjectStorage
 
 WAL_VERSION = 0
 VERSION_HEADER_SIZE = 1
@@ -206,28 +204,3 @@ def commit_batch_requests(
             )
         )
     return out
-
-
-def find_orphan_objects(
-    storage: "ObjectStorage",
-    known_keys: set[str],
-    *,
-    prefix: str = DEFAULT_PREFIX,
-    min_age_ms: int = 600_000,
-    now_ms: int | None = None,
-) -> list["ObjectInfo"]:
-    """Objects under ``prefix`` the coordinator does not know and that are older than
-    ``min_age_ms``.
-
-    These are uploads whose commit failed or never got an answer (KIP-1163 "garbage objects").
-    The age floor matters: a just-uploaded object is unknown until its commit lands, so a
-    young object is never an orphan yet.
-    """
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    list_prefix = prefix.strip("/")
-    list_prefix = f"{list_prefix}/" if list_prefix else ""
-    return [
-        info
-        for info in storage.list(list_prefix)
-        if info.key not in known_keys and now - info.last_modified_ms >= min_age_ms
-    ]

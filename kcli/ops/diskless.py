@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
+from kcli.diskless.cleaner import uncommitted_kind
 from kcli.engine.run import ChunkTask
 from kcli.errors import KafkaApiError, OperationError, UsageError
 
@@ -535,17 +536,12 @@ class GcScanTask(ChunkTask):
             if item.kind == "marked":
                 out.append(GcOutcome("marked", item.key, item.size))
                 continue
-            if item.key in known:
+            kind = uncommitted_kind(item.key, item.last_modified_ms, intents.get(item.key), known, self.now_ms,
+                                    self.grace_ms)
+            if kind is None:
                 out.append(None)
-                continue
-            intent_at = intents.get(item.key)
-            born = item.last_modified_ms if intent_at is None else max(item.last_modified_ms, intent_at)
-            if self.now_ms - born < self.grace_ms:
-                out.append(None)
-            elif intent_at is not None:
-                out.append(GcOutcome("orphan", item.key, item.size))
             else:
-                out.append(GcOutcome("unknown", item.key, item.size, kept=not self.delete_unknown))
+                out.append(GcOutcome(kind, item.key, item.size, kept=kind == "unknown" and not self.delete_unknown))
         doomed = [o.key for o in out if o is not None and not o.kept]
         if doomed and not self.dry_run:
             try:

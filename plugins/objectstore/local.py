@@ -117,16 +117,19 @@ class LocalObjectStorage(ObjectStorage):
         else:
             view = None
         parent = path.parent
-        try:
-            created = _makedirs(parent)
-        except OSError as err:
-            raise self._error("upload", key, err) from None
         tmp = parent / f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
         with _uploading(tmp):  # the sweep of abandoned uploads never takes a live one
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except OSError as err:
-                raise self._error("upload", key, err) from None
+            created: list[Path] = []
+            for attempt in range(3):
+                try:
+                    created += _makedirs(parent)
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+                    break
+                except FileNotFoundError as err:  # a delete emptied and removed the directory meanwhile
+                    if attempt == 2:
+                        raise self._error("upload", key, err) from None
+                except OSError as err:
+                    raise self._error("upload", key, err) from None
             try:
                 try:
                     if view is not None:
@@ -189,7 +192,20 @@ class LocalObjectStorage(ObjectStorage):
                 error = self._error("delete", key, err)
                 self._delete_failures.failed("delete", key, error)
                 raise error from None
+            self._remove_empty_parents(path.parent)
         self._delete_failures.succeeded()
+
+    def _remove_empty_parents(self, directory: Path) -> None:
+        """Directories a delete left empty go too (an S3 prefix has no directories to leave
+        behind). The root stays. An upload racing into a directory removed here retries its
+        mkdir (see ``_upload``); a directory that is not empty simply stops the walk."""
+        root = self.root
+        while directory != root and directory.is_relative_to(root):
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         if prefix:
