@@ -246,18 +246,16 @@ def verify(
             sys.stdout.write("\n")
             print_table(problems, [("OBJECT", "object_key"), ("POSITION", "byte_offset"), ("PARTITION", "partition"),
                                    ("PROBLEM", "problem")])
-        orphans = data.get("orphans") or []
-        if orphans:
-            sys.stdout.write(f"\n{len(orphans)} orphan object(s), {_bytes(sum(o['size'] for o in orphans))} "
-                             "(upload intent recorded, never committed; `kcli diskless gc` deletes them after"
-                             " the grace period):\n")
-            print_table(orphans, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
-        unknown = data.get("unknown_objects") or []
-        if unknown:
-            sys.stdout.write(f"\n{len(unknown)} unknown object(s), {_bytes(sum(o['size'] for o in unknown))} "
-                             "(no record in the coordinator: kept; `kcli diskless gc --unknown-objects` deletes"
-                             " them):\n")
-            print_table(unknown, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
+        for field, what, why in (
+            ("orphans", "orphan", "upload intent recorded, never committed; `kcli diskless gc` deletes them after"
+                                  " the grace period"),
+            ("unknown_objects", "unknown", "no record in the coordinator: kept; `kcli diskless gc --unknown-objects`"
+                                           " deletes them"),
+        ):
+            listed = data.get(field) or []
+            if listed:
+                sys.stdout.write(f"\n{len(listed)} {what} object(s), {_bytes(sum(o['size'] for o in listed))} ({why}):\n")
+                print_table(listed, [("OBJECT", "object_key"), ("SIZE", "size"), ("AGE-MS", "age_ms")])
 
     _render(opts, data, table)
     if data["problems"]:
