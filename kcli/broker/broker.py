@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kcli.broker.broker_config import BrokerConfig
 from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
@@ -163,8 +163,12 @@ def _flush_all(logs: set[Any]) -> None:
 class Broker:
     """Owns the data dir; start() opens everything, close() flushes and releases it."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092, *,
+                 server_factory: Callable[["Broker", str, int], Any]) -> None:
+        """``server_factory(broker, host, port)`` builds the socket side (kcli.broker.server's
+        KafkaServer); the caller passes it so that imports flow runner → server → broker only."""
         self.data_dir = Path(data_dir)
+        self._server_factory = server_factory
         self.config = config
         self.listen_host = host
         self.listen_port = port
@@ -233,8 +237,6 @@ class Broker:
         self._lock_fd = fd
 
     async def start(self) -> tuple[str, int]:
-        from kcli.broker.server import KafkaServer
-
         self._lock_data_dir()
         from kcli.cluster.state import ClusterStoreError
 
@@ -261,7 +263,7 @@ class Broker:
         except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
             await self.close()
             raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
-        self.server = KafkaServer(self, self.listen_host, self.listen_port)
+        self.server = self._server_factory(self, self.listen_host, self.listen_port)
         host, port = await self.server.start()
         self.advertised_host, self.advertised_port = self._advertised(host, port)
         try:  # in a cluster: refused while another live process holds this node id

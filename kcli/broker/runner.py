@@ -92,7 +92,9 @@ def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
 
     async def main() -> None:
         try:
-            broker = Broker(data_dir, config, host, port)
+            from kcli.broker.server import KafkaServer  # protocol stack: loaded only to serve
+
+            broker = Broker(data_dir, config, host, port, server_factory=KafkaServer)
         except ConfigError as err:  # e.g. a missing or malformed SASL users file
             raise UsageError(str(err)) from None
         try:
@@ -155,7 +157,9 @@ class EmbeddedBroker:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        self._broker = Broker(self.data_dir, self.config, self.host, self.port)
+        from kcli.broker.server import KafkaServer  # protocol stack: loaded only to serve
+
+        self._broker = Broker(self.data_dir, self.config, self.host, self.port, server_factory=KafkaServer)
         try:
             h, p = await self._broker.start()
         except BaseException as err:
