@@ -265,7 +265,10 @@ def produce_through_faults(bootstrap: str, topics: dict[str, int], switch: Path,
             n += 1
         p.poll(0.05)
         injected = json.loads(stats.read_text()) if stats.exists() else {}
-        if n >= minimum and injected.get("failures.upload", 0) >= 3 and injected.get("partial_uploads", 0) >= 1:
+        # The store's count includes tiered copies (they share it): also wait until WAL uploads
+        # themselves failed, which is what the callers check the broker answered.
+        if n >= minimum and injected.get("failures.upload", 0) >= 3 and injected.get("partial_uploads", 0) >= 1 \
+                and counter(bootstrap, "diskless.upload.errors") >= 3:
             break
     assert injected.get("failures.upload", 0) >= 3 and injected.get("partial_uploads", 0) >= 1, injected
     assert ledger.errors == [], f"an object-store fault surfaced as a non-retriable error: {ledger.errors[:3]}"
