@@ -21,3 +21,12 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, so a file created, renamed or removed in it survives a crash."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -48,17 +48,12 @@ def topic_recs(name: str, partitions: int = 1, configs: dict[str, str] | None = 
     return recs
 
 
-@pytest.fixture(params=["local", "postgresql"])
-def make_store(request, tmp_path) -> Iterator[Callable[..., Any]]:
-    """A factory of opened stores of one kind over one shared place (data dir or database)."""
+def _opened_stores(build: Callable[[int, StoreSettings], Any]) -> Iterator[Callable[..., Any]]:
+    """A factory of opened stores (``make(node_id, **settings)``), all closed at the end."""
     opened: list[Any] = []
-    url = request.getfixturevalue("pg_database") if request.param == "postgresql" else None
 
     def make(node_id: int = 1, **settings: Any) -> Any:
-        if url is None:
-            store = LocalClusterStore(tmp_path / "data")
-        else:
-            store = PostgresClusterStore(url, node_id, StoreSettings(**settings))
+        store = build(node_id, StoreSettings(**settings))
         store.open()
         opened.append(store)
         return store
@@ -66,21 +61,21 @@ def make_store(request, tmp_path) -> Iterator[Callable[..., Any]]:
     yield make
     for s in opened:
         s.close()
+
+
+@pytest.fixture(params=["local", "postgresql"])
+def make_store(request, tmp_path) -> Iterator[Callable[..., Any]]:
+    """A factory of opened stores of one kind over one shared place (data dir or database)."""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("pg_database")
+        yield from _opened_stores(lambda node_id, settings: PostgresClusterStore(url, node_id, settings))
+    else:
+        yield from _opened_stores(lambda _node_id, _settings: LocalClusterStore(tmp_path / "data"))
 
 
 @pytest.fixture
 def pg_stores(pg_database) -> Iterator[Callable[..., PostgresClusterStore]]:  # noqa: F811
-    opened: list[PostgresClusterStore] = []
-
-    def make(node_id: int = 1, **settings: Any) -> PostgresClusterStore:
-        store = PostgresClusterStore(pg_database, node_id, StoreSettings(**settings))
-        store.open()
-        opened.append(store)
-        return store
-
-    yield make
-    for s in opened:
-        s.close()
+    yield from _opened_stores(lambda node_id, settings: PostgresClusterStore(pg_database, node_id, settings))
 
 
 # ---- both implementations -----------------------------------------------------------------------

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from kcli import faults
+from kcli.fsutil import fsync_dir
 from kcli.records.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -721,7 +722,7 @@ class PartitionLog:
                 _fdatasync(fd)
             if dir_dirty:
                 failing = self.dir
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
         except OSError as exc:
             log.error("%s: fsync failed: %s", failing, exc)
             with self._lock:
@@ -851,7 +852,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except OSError as exc:
         log.error("%s: write failed: %s", path, exc)
         try:
@@ -860,13 +861,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
             pass
         raise LogError(KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
 
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_clean_shutdown_marker(log_dir: Path | str) -> Path:
@@ -888,7 +882,7 @@ def remove_clean_shutdown_marker(log_dir: Path | str) -> None:
     except OSError as exc:
         log.error("%s: cannot remove: %s", path, exc)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_partition_metadata(directory: Path | str, topic_id: uuid.UUID) -> Path:

@@ -26,9 +26,23 @@ from typing import Callable, Iterator
 
 from crc32c import crc32c
 
-from kcli.records.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, read_header
+from kcli.fsutil import fsync_dir
+from kcli.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatchError,
+    crc_is_valid,
+    read_header,
+)
 from kcli.storage.errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, LogError
-from kcli.storage.index import INT32_MAX, NO_TIMESTAMP, IndexCorrupt, OffsetIndex, TimeIndex, _write_all
+from kcli.storage.index import (
+    INT32_MAX,
+    NO_TIMESTAMP,
+    IndexCorrupt,
+    OffsetIndex,
+    TimeIndex,
+    _write_all,
+)
 from kcli.storage.log_config import LogConfig
 
 LOG_SUFFIX = ".log"
@@ -605,7 +619,7 @@ def write_aside(log_path: Path, src_fd: int, start: int, length: int, now_ms: in
         finally:
             os.close(fd)
         os.replace(tmp, target)
-        _fsync_directory(target.parent)
+        fsync_dir(target.parent)
     except OSError as exc:
         log.error("%s: cannot write %s: %s", log_path, tmp.name, exc)
         try:
@@ -622,16 +636,9 @@ def move_aside(log_path: Path, now_ms: int) -> Path:
     target = aside_path(log_path, now_ms)
     try:
         os.rename(log_path, target)
-        _fsync_directory(target.parent)
+        fsync_dir(target.parent)
     except OSError as exc:
         log.error("%s: cannot rename to %s: %s", log_path, target.name, exc)
         raise LogError(KAFKA_STORAGE_ERROR, f"cannot move {log_path} aside: {exc}") from exc
     return target
 
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
