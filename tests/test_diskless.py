@@ -19,7 +19,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from kcli.diskless import admin_api
 from kcli.diskless.appender import validate_batches
-from kcli.diskless.rack import BrokerRack, choose_leader, client_rack
+from kcli.diskless.rack import client_rack
 from kcli.diskless.reader import RangeCache, coalesce
 from kcli.protocol.client import WireClient
 from kcli.protocol.errors import BrokerError
@@ -124,16 +124,10 @@ def test_chunk_stream_reads_and_seeks_without_joining():
             store.upload("wal/y", ChunkStream(chunks), 10)
 
 
-def test_rack_hint_and_leader_choice_over_a_broker_list():
+def test_rack_hint_in_client_id():
     assert client_rack("app,diskless_rack_id=eu-1a") == "eu-1a"
     assert client_rack("diskless_rack_id=r2;x") == "r2"
     assert client_rack("plain-client") is None and client_rack(None) is None
-    brokers = [BrokerRack(1, "a"), BrokerRack(2, "b"), BrokerRack(3, "b"), BrokerRack(4, None)]
-    assert choose_leader(None, 0, 1, [1], brokers) == 1  # no hint: the real leader
-    assert choose_leader("zz", 0, 1, [1], brokers) == 1  # no broker in that rack
-    assert choose_leader("a", 5, 1, [1, 2], brokers) == 1  # the leader is in the rack
-    assert choose_leader("b", 0, 1, [1, 3], brokers) == 3  # a replica in the rack
-    assert {choose_leader("b", p, 1, [1], brokers) for p in range(4)} == {2, 3}  # any rack broker, spread
 
 
 def test_broker_metrics_without_a_broker_says_so_in_one_line(tmp_path, monkeypatch, capsys):

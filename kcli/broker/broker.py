@@ -42,6 +42,9 @@ INVALID_REQUEST = 42
 INVALID_CONFIG = 40
 TOPIC_DELETION_DISABLED = 73
 POLICY_VIOLATION = 44
+CLASSIC_REPLICATION_REFUSED = (
+    "kcli hosts each classic partition on one broker and does not replicate it: use replication factor 1, "
+    "or a diskless topic (diskless.enable=true), whose data is in the object store and whose replicas are metadata-only")
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -326,6 +329,8 @@ class Broker:
             if self.is_diskless(t):
                 continue
             for p in t.partitions.values():
+                if not self.hosts(p):
+                    continue  # another broker of the cluster holds this log
                 try:
                     self._open_log(t, p.partition, clean_shutdown=clean)
                 except (OSError, ValueError, LogError) as err:
@@ -505,30 +510,86 @@ class Broker:
             raise BrokerError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
         if replication_factor <= 0:
             raise BrokerError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        if replication_factor > 1:
-            raise BrokerError(INVALID_REPLICATION_FACTOR,
-                              f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
         clean = self.validate_topic_configs(configs, creating=True)
-        if clean.get("diskless.enable") != "true" and not self.metadata.single_broker:
-            # Every broker would host its own copy of a classic partition: refused until one
-            # broker of the cluster hosts each partition (docs/cluster.md).
-            raise BrokerError(INVALID_REQUEST, "classic and tiered topics are not available in cluster mode yet "
-                                               "(no partition hosting across brokers); create a diskless topic "
-                                               "(diskless.enable=true)")
+        diskless = clean.get("diskless.enable") == "true"
+        topic_id = uuid.uuid4()
+        # Replicas over the live brokers, rack-aware (kcli/cluster/placement.py); Kafka's message
+        # when the factor exceeds them. Diskless replicas are metadata-only, classic ones hold data.
+        if assignments:
+            placement = self._check_assignments(assignments)
+        else:
+            placement = self._place(topic_id, range(num_partitions), replication_factor)
+        if replication_factor > 1 and not diskless:
+            raise BrokerError(INVALID_REPLICATION_FACTOR, CLASSIC_REPLICATION_REFUSED)
+        if clean.get("remote.storage.enable") == "true" and not self.metadata.single_broker:
+            # A tiered partition's remote log metadata lives in its host's data dir
+            # (kcli/tiered/metadata.py) until it moves to the shared state (docs/cluster.md).
+            raise BrokerError(INVALID_REQUEST, "tiered topics are not available in cluster mode yet (remote log "
+                                               "metadata is not shared); create a classic or diskless topic")
         if validate_only:
             return None
-        if clean.get("diskless.enable") == "true":
+        if diskless:
             self.diskless.check_writable()  # before the records: no topic over a store we cannot write
-        topic_id = uuid.uuid4()
         recs = [record("TopicRecord", name=name, topicId=topic_id)]
-        for p in range(num_partitions):
-            recs.append(partition_record(topic_id, PartitionState(p, self.node_id, [self.node_id], [self.node_id])))
+        for p, replicas in sorted(placement.items()):
+            recs.append(partition_record(topic_id, PartitionState(p, replicas[0], list(replicas), list(replicas))))
         for k, v in clean.items():
             recs.append(record("ConfigRecord", resourceType=2, resourceName=name, name=k, value=v))
         if clean.get("remote.storage.enable") == "true":
             recs.append(record("TopicTieredStateRecord", topicId=topic_id, tieredEpoch=0, tieredState="ENABLED"))
         self.metadata.append(recs)  # logs / diskless partitions: _metadata_applied
         return self.state.topics[name]
+
+    def live_brokers(self) -> list[Any]:
+        """Registered brokers with a live lease (this one at least: it is answering)."""
+        live = self.metadata.live_brokers()
+        if not any(b.node_id == self.node_id for b in live):
+            from kcli.cluster.state import BrokerRegistration
+
+            live = sorted([*live, BrokerRegistration(self.node_id, self.advertised_host, self.advertised_port, self.rack)],
+                          key=lambda b: b.node_id)
+        return live
+
+    def _place(self, topic_id: uuid.UUID, partitions: range, replication_factor: int) -> dict[int, list[int]]:
+        from kcli.cluster.placement import PlacementError, assign_replicas
+
+        try:
+            return assign_replicas(topic_id, partitions, replication_factor, self.live_brokers())
+        except PlacementError as err:
+            raise BrokerError(INVALID_REPLICATION_FACTOR, str(err)) from None
+
+    def _check_assignments(self, assignments: dict[int, list[int]]) -> dict[int, list[int]]:
+        """A manual replica assignment, checked as Kafka's ReplicationControlManager does."""
+        if sorted(assignments) != list(range(len(assignments))):
+            raise BrokerError(ErrorCode.invalid_replica_assignment, "Partitions should be a consecutive 0-based integer sequence")
+        sizes = {len(r) for r in assignments.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise BrokerError(ErrorCode.invalid_replica_assignment, "All partitions should have the same number of replicas")
+        live = {b.node_id for b in self.live_brokers()}
+        for p, replicas in sorted(assignments.items()):
+            if len(set(replicas)) != len(replicas):
+                raise BrokerError(ErrorCode.invalid_replica_assignment, f"Duplicate brokers not allowed in replica assignment: {replicas} for partition id {p}.")
+            unknown = [r for r in replicas if r not in live]
+            if unknown:
+                raise BrokerError(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes broker(s) {unknown} that are not registered for partition {p}.")
+        return {p: list(r) for p, r in assignments.items()}
+
+    def hosts(self, p: PartitionState) -> bool:
+        """Whether this broker holds the log of classic partition ``p``."""
+        return self.metadata.partition_host(p.leader) == self.node_id
+
+    def log_for(self, t: TopicState, partition: int) -> Any:
+        """The local log of a classic partition, or the error a client gets: hosted by another
+        broker (NOT_LEADER_OR_FOLLOWER, it refreshes Metadata), unknown, or offline here."""
+        p = t.partitions.get(partition)
+        if p is None:
+            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        lg = self.logs.get((t.name, partition))
+        if lg is not None:
+            return lg
+        if not self.hosts(p):
+            raise BrokerError(ErrorCode.not_leader_or_follower, f"Broker {self.node_id} is not the leader of {t.name}-{partition}")
+        raise BrokerError(ErrorCode.kafka_storage_error, f"{t.name}-{partition} is offline on this broker (see its log)")
 
     def delete_topic(self, name: str) -> None:
         if not self.config.get_bool("delete.topic.enable"):
@@ -567,7 +628,9 @@ class Broker:
             self.diskless.check_writable()  # before the records, as in create_topic
         start = max(t.partitions) + 1 if t.partitions else 0
         new = range(start, start + (count - current))
-        recs = [partition_record(t.topic_id, PartitionState(p, self.node_id, [self.node_id], [self.node_id])) for p in new]
+        first = t.partitions.get(min(t.partitions)) if t.partitions else None
+        placement = self._place(t.topic_id, new, len(first.replicas) if first is not None else 1)
+        recs = [partition_record(t.topic_id, PartitionState(p, r[0], list(r), list(r))) for p, r in placement.items()]
         self.metadata.append(recs)  # logs / diskless partitions: _metadata_applied
 
     def alter_topic_configs(self, name: str, changes: dict[str, str | None], *, incremental: bool,
@@ -637,7 +700,8 @@ class Broker:
                 if new_parts:
                     if not self.is_diskless(t):
                         for p in sorted(new_parts):
-                            self._open_log(t, p)
+                            if self.hosts(t.partitions[p]):
+                                self._open_log(t, p)
                     elif self.diskless is not None:
                         self.diskless.create_partitions(t, range(min(new_parts), max(new_parts) + 1))
                     else:
@@ -703,9 +767,7 @@ class Broker:
         """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``."""
         if self.is_diskless(t):
             return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
-        lg = self.get_log(t.name, partition)
-        if lg is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
             return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)
         return lg.read(offset, max_bytes, min_one_batch=min_one)
@@ -724,9 +786,7 @@ class Broker:
         -3 = max timestamp, -4 = earliest local, -5 = latest tiered."""
         if self.is_diskless(t):
             return await self.diskless.list_offset(t, partition, timestamp)
-        lg = self.get_log(t.name, partition)
-        if lg is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        lg = self.log_for(t, partition)
         if timestamp == -1:
             return lg.log_end_offset, -1
         if timestamp == -2:
@@ -751,9 +811,7 @@ class Broker:
         """DeleteRecords: move the log start offset; -1 means the high watermark."""
         if self.is_diskless(t):
             return await self.diskless.delete_records(t, partition, offset)
-        lg = self.get_log(t.name, partition)
-        if lg is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        lg = self.log_for(t, partition)
         hw = lg.log_end_offset
         target = hw if offset == -1 else offset
         if target < 0 or target > hw:

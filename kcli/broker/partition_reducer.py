@@ -293,8 +293,13 @@ class PartitionReducer(BrokerExtension):
         Topic by topic: one whose deletion fails is backed off while the others proceed."""
         now = now_ms() if at_ms is None else at_ms
         done = 0
-        for t in list(self.broker.state.topics.values()):
-            due = [p.partition for p in self.pending(t) if p.delete_at_ms is not None and p.delete_at_ms <= now]
+        b = self.broker
+        for t in list(b.state.topics.values()):
+            # In a cluster a classic partition is deleted by the broker that holds its log, a
+            # diskless one (data in the shared store) by the controller alone.
+            controller = b.is_diskless(t) and b.metadata.is_controller()
+            due = [p.partition for p in self.pending(t) if p.delete_at_ms is not None and p.delete_at_ms <= now
+                   and (controller or (not b.is_diskless(t) and b.hosts(p)))]
             if due:
                 done += await self.guard.step(t.topic_id, f"{t.name} partitions {due}",
                                               lambda t=t, due=due: self._delete_now(t, due)) or 0

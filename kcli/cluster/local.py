@@ -44,6 +44,12 @@ class LocalClusterStore:
     def poll(self) -> list[dict[str, Any]]:
         return []
 
+    def publish_offsets(self, changes: list[Any]) -> None:
+        pass  # no other broker
+
+    def set_offsets_listener(self, listener: Any) -> None:
+        pass
+
     def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
         self._me = BrokerRegistration(node_id, host, port, rack)
 
@@ -52,6 +58,9 @@ class LocalClusterStore:
 
     def live_brokers(self) -> list[BrokerRegistration]:
         return [self._me] if self._me is not None else []
+
+    def partition_host(self, leader: int) -> int:
+        return self._me.node_id if self._me is not None else leader
 
     def is_controller(self) -> bool:
         return True

@@ -47,6 +47,8 @@ from kcli.cluster.state import (
     BrokerRegistration,
     ClusterStoreError,
     NodeIdInUseError,
+    OffsetChange,
+    OffsetsListener,
     RecordsListener,
     StoreSettings,
 )
@@ -59,6 +61,9 @@ logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 METADATA_LOCK_ID = 0x6B636C6902  # pg_advisory_xact_lock key serialising metadata appends
 CONTROLLER_LOCK_ID = 0x6B636C6903  # session-level pg advisory lock held by the controller
 CHANNEL = "kcli_metadata"
+# Diskless offsets a broker committed, for the others: "<node id>|<topic id hex>:<p>:<hwm>:<lso>;..."
+OFFSETS_CHANNEL = "kcli_offsets"
+NOTIFY_PAYLOAD_MAX = 7900  # PostgreSQL's limit is 8000 bytes
 FETCH_BATCH = 5000
 REFRESH_S = 1.0  # live brokers and controller election are refreshed this often
 DB_ERRORS = (psycopg.Error, PoolTimeout, OSError)
@@ -104,6 +109,9 @@ class PostgresClusterStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._db_ok = True
         self._closed = False
+        self._offsets_listener: OffsetsListener | None = None
+        self._outbox: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
+        self._outbox_ready: asyncio.Event | None = None
 
     # ---- connections -----------------------------------------------------------------------
     def _kwargs(self, role: str) -> dict[str, Any]:
@@ -251,6 +259,66 @@ class PostgresClusterStore:
             out += self._apply_rows(rows)
 
     # ---- registrations ---------------------------------------------------------------------
+    # ---- diskless offsets between brokers ----------------------------------------------------
+    def publish_offsets(self, changes: list[OffsetChange]) -> None:
+        for tid, partition, hwm, lso in changes:
+            old = self._outbox.get((tid, partition))
+            self._outbox[(tid, partition)] = (hwm, lso) if old is None else (max(old[0], hwm), max(old[1], lso))
+        if self._loop is not None and self._outbox_ready is not None:
+            self._loop.call_soon_threadsafe(self._outbox_ready.set)
+
+    def set_offsets_listener(self, listener: OffsetsListener | None) -> None:
+        self._offsets_listener = listener
+
+    def _offset_payloads(self, outbox: dict[tuple[uuid.UUID, int], tuple[int, int]]) -> list[str]:
+        head = f"{self.node_id}|"
+        payloads, items = [], []
+        size = len(head)
+        for (tid, p), (hwm, lso) in outbox.items():
+            item = f"{tid.hex}:{p}:{hwm}:{lso}"
+            if items and size + len(item) + 1 > NOTIFY_PAYLOAD_MAX:
+                payloads.append(head + ";".join(items))
+                items, size = [], len(head)
+            items.append(item)
+            size += len(item) + 1
+        if items:
+            payloads.append(head + ";".join(items))
+        return payloads
+
+    def _send_payloads(self, payloads: list[str]) -> None:
+        with self._conn() as conn:
+            for payload in payloads:
+                conn.execute("SELECT pg_notify(%s, %s)", (OFFSETS_CHANNEL, payload))
+
+    async def _send_offsets(self, stopping: Callable[[], bool]) -> None:
+        """Coalesce published offsets and NOTIFY them, one statement per 7.9 KB of changes."""
+        assert self._outbox_ready is not None and self._loop is not None
+        while not stopping() and not self._closed:
+            try:
+                await asyncio.wait_for(self._outbox_ready.wait(), 0.25)
+            except asyncio.TimeoutError:
+                continue
+            self._outbox_ready.clear()
+            outbox, self._outbox = self._outbox, {}
+            try:
+                await self._loop.run_in_executor(None, self._send_payloads, self._offset_payloads(outbox))
+            except DB_ERRORS as err:  # the receivers' periodic refresh covers it
+                log.debug("cannot publish diskless offsets: %s", reason(err))
+
+    def _offsets_received(self, payload: str) -> None:
+        sender, _, body = payload.partition("|")
+        if self._offsets_listener is None or sender == str(self.node_id) or not body:
+            return
+        changes: list[OffsetChange] = []
+        try:
+            for item in body.split(";"):
+                tid, p, hwm, lso = item.split(":")
+                changes.append((uuid.UUID(hex=tid), int(p), int(hwm), int(lso)))
+        except ValueError:
+            log.debug("ignoring a malformed %s message: %.80s", OFFSETS_CHANNEL, payload)
+            return
+        self._offsets_listener(changes)
+
     def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
         listeners = [{"name": "PLAINTEXT", "host": host, "port": port}]
         try:
@@ -309,6 +377,9 @@ class PostgresClusterStore:
             live.append(self._me)  # this broker serves the request, so it is alive
             live.sort(key=lambda b: b.node_id)
         return live
+
+    def partition_host(self, leader: int) -> int:
+        return leader
 
     # ---- controller ------------------------------------------------------------------------
     def elect(self) -> bool:
@@ -377,7 +448,11 @@ class PostgresClusterStore:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._wake = asyncio.Event()
+        self._outbox_ready = asyncio.Event()
+        if self._outbox:
+            self._outbox_ready.set()
         listen = asyncio.create_task(self._listen(stopping), name="cluster-listen") if self.settings.listen else None
+        sender = asyncio.create_task(self._send_offsets(stopping), name="cluster-offsets")
         poll_s = self.settings.poll_interval_ms / 1000
         beat_s = self.settings.heartbeat_interval_ms / 1000
         next_poll = next_tick = last_beat = 0.0
@@ -410,9 +485,10 @@ class PostgresClusterStore:
                 except ClusterStoreError:
                     return  # closed under us
         finally:
-            if listen is not None:
-                listen.cancel()
-                await asyncio.gather(listen, return_exceptions=True)
+            tasks = [t for t in (listen, sender) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _catch_up(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
@@ -422,17 +498,22 @@ class PostgresClusterStore:
             self._apply_rows(rows)  # on the event loop, like local appends
 
     async def _listen(self, stopping: Callable[[], bool]) -> None:
-        """Wake the catch-up on every NOTIFY; reconnects by itself (polling covers the gaps)."""
+        """Wake the catch-up on every metadata NOTIFY and pass on diskless offsets; reconnects by
+        itself (polling covers the gaps)."""
         assert self._wake is not None
         while not stopping() and not self._closed:
             try:
                 aconn = await psycopg.AsyncConnection.connect(self.url, **self._kwargs("listen"))
                 async with aconn:
                     await aconn.execute(f"LISTEN {CHANNEL}")
+                    await aconn.execute(f"LISTEN {OFFSETS_CHANNEL}")
                     self._wake.set()  # records appended while we were not listening
                     while not stopping() and not self._closed:
-                        async for _ in aconn.notifies(timeout=5.0):
-                            self._wake.set()
+                        async for n in aconn.notifies(timeout=5.0):
+                            if n.channel == OFFSETS_CHANNEL:
+                                self._offsets_received(n.payload)
+                            else:
+                                self._wake.set()
             except DB_ERRORS as err:
                 log.debug("LISTEN connection failed: %s", reason(err))
                 await asyncio.sleep(1.0)

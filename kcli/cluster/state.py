@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+import uuid
 from typing import Any, Protocol
 
 from kcli.broker.metadata_log import ClusterState
@@ -15,6 +16,9 @@ from kcli.broker.metadata_log import ClusterState
 # Called with records after they were applied to the state, whether this broker appended them or
 # learned them from another broker: the broker's one path for acting on metadata changes.
 RecordsListener = Callable[[list[dict[str, Any]]], None]
+# (topic id, partition, high watermark, log start offset) of diskless partitions another broker moved.
+OffsetChange = tuple[uuid.UUID, int, int, int]
+OffsetsListener = Callable[[list[OffsetChange]], None]
 
 
 class ClusterStoreError(Exception):
@@ -73,6 +77,14 @@ class ClusterStateStore(Protocol):
     def poll(self) -> list[dict[str, Any]]:
         """Apply records other brokers appended since the last call; returns them."""
 
+    def publish_offsets(self, changes: list[OffsetChange]) -> None:
+        """Tell the other brokers that diskless partitions moved on (they serve them too, and a
+        fetch waiting at the log end should wake). Never blocks; best effort: a lost message is
+        covered by their periodic refresh from the batch coordinator."""
+
+    def set_offsets_listener(self, listener: OffsetsListener | None) -> None:
+        """Who hears of offsets other brokers published (called on the event loop)."""
+
     def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
         """Register this broker; NodeIdInUseError if another live process holds ``node_id``."""
 
@@ -81,6 +93,11 @@ class ClusterStateStore(Protocol):
 
     def live_brokers(self) -> list[BrokerRegistration]:
         """Brokers with a live lease, by node id (cached; refreshed by :meth:`run`)."""
+
+    def partition_host(self, leader: int) -> int:
+        """The node that holds the log of a classic partition whose PartitionRecord names
+        ``leader``: that broker in a cluster; this broker alone holds every log of a single-node
+        data dir, whatever node.id it ran with when the topic was made."""
 
     def is_controller(self) -> bool:
         """Whether this broker is the one that makes background decisions now."""

@@ -230,10 +230,15 @@ class FileCleaner:
             report.errors.append(f"{key}: {err}")
         return done
 
-    async def run_forever(self, interval_ms: int, orphan_interval_ms: int) -> None:
+    async def run_forever(self, interval_ms: int, orphan_interval_ms: int,
+                          active: Callable[[], bool] = lambda: True) -> None:
+        """Passes until cancelled; only while ``active()`` (in a cluster: on the controller, so
+        one broker at a time deletes objects)."""
         last_orphan_scan = 0.0
         while True:
             await asyncio.sleep(interval_ms / 1000)
+            if not active():
+                continue
             scan = time.monotonic() - last_orphan_scan >= orphan_interval_ms / 1000
 
             async def one_pass(scan: bool = scan) -> None:

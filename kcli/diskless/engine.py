@@ -31,7 +31,8 @@ from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.diskless.appender import KAFKA_STORAGE_ERROR, Appender, Committed
 from kcli.diskless.cleaner import FileCleaner
-from kcli.diskless.rack import BrokerRack, choose_leader, client_rack
+from kcli.cluster.placement import diskless_leader
+from kcli.diskless.rack import client_rack
 from kcli.diskless.reader import DisklessReadResult, Reader
 from kcli.diskless.storage_setup import (
     check_plugin_classes,
@@ -148,6 +149,7 @@ class DisklessEngine(BrokerExtension):
             tip = info.topic_id_partition
             self._offsets[(tip.topic_id, tip.partition)] = [info.high_watermark, info.log_start_offset]
         log.info("diskless storage %s, coordinator %s", storage.describe(), type(coordinator).__name__)
+        self.broker.metadata.set_offsets_listener(self._offsets_published)
         self._start_loops()
 
     def _check_identity(self, storage: "ObjectStorage", coordinator: "BatchCoordinator", logs: list[Any],
@@ -205,7 +207,8 @@ class DisklessEngine(BrokerExtension):
         assert self.cleaner is not None
         orphan_interval = max(self.cleaner_interval_ms, self.grace_ms // 2)
         self._loops.append(loop.create_task(
-            self.cleaner.run_forever(self.cleaner_interval_ms, orphan_interval), name="diskless-file-cleaner"))
+            self.cleaner.run_forever(self.cleaner_interval_ms, orphan_interval, active=self.broker.metadata.is_controller),
+            name="diskless-file-cleaner"))
         self._loops.append(loop.create_task(self._retention_forever(), name="diskless-retention"))
 
     async def close(self) -> None:
@@ -335,6 +338,21 @@ class DisklessEngine(BrokerExtension):
             o[0] = max(o[0], hwm)
             o[1] = max(o[1], lso)
             notify(tip.topic, tip.partition)
+        # other brokers of a cluster serve these partitions too: their fetches at the log end wake
+        self.broker.metadata.publish_offsets([(tip.topic_id, tip.partition, hwm, lso)
+                                              for tip, (hwm, lso) in c.partitions.items()])
+
+    def _offsets_published(self, changes: list[tuple[uuid.UUID, int, int, int]]) -> None:
+        """Offsets another broker committed; only ever moving forward, as every offset update."""
+        for tid, partition, hwm, lso in changes:
+            o = self._offsets.get((tid, partition))
+            if o is None:
+                continue  # a partition this broker has not learned yet: it reads the coordinator
+            if hwm > o[0] or lso > o[1]:
+                o[0], o[1] = max(o[0], hwm), max(o[1], lso)
+                t = self.broker.state.topic_by_id(tid)
+                if t is not None:
+                    self.broker.notifier.notify(t.name, partition)
 
     def _on_objects_deleted(self, keys: list[str]) -> None:
         if self.reader is not None:
@@ -349,10 +367,6 @@ class DisklessEngine(BrokerExtension):
         o = self._offsets.get((t.topic_id, partition))
         if o is not None and lso >= 0:
             o[1] = max(o[1], lso)
-
-    def brokers(self) -> list[BrokerRack]:
-        """The brokers that can serve diskless partitions (this one; a cluster lists all)."""
-        return [BrokerRack(self.broker.node_id, self.broker.rack)]
 
     # ==========================================================================================
     # broker hooks
@@ -527,9 +541,15 @@ class DisklessEngine(BrokerExtension):
         self._set_log_start(t, partition, resp.low_watermark)
         return resp.low_watermark
 
-    def leader_for_client(self, client_id: str, p: "PartitionState") -> int:
-        """Metadata leader for a diskless partition: a broker in the client's rack if it asks."""
-        return choose_leader(client_rack(client_id), p.partition, p.leader, p.replicas, self.brokers())
+    def leader_for_client(self, t: "TopicState", client_id: str | None, p: "PartitionState") -> int:
+        """Metadata leader for a diskless partition: any live broker serves it, so a broker in
+        the client's rack if it asks, else one spread over the live brokers."""
+        return diskless_leader(t.topic_id, p.partition, p.replicas, self.broker.live_brokers(), client_rack(client_id))
+
+    def leader_in_rack(self, t: "TopicState", rack: str, p: "PartitionState") -> int:
+        """A live broker of ``rack`` for this partition (Fetch's preferred read replica), or -1."""
+        in_rack = [b for b in self.broker.live_brokers() if b.rack == rack]
+        return diskless_leader(t.topic_id, p.partition, p.replicas, in_rack, rack) if in_rack else -1
 
     # ==========================================================================================
     # retention
@@ -542,7 +562,8 @@ class DisklessEngine(BrokerExtension):
             await self.retention_guard.round(self._retention_round, "retention round")
 
     async def _retention_round(self) -> None:
-        await self.enforce_retention()
+        if self.broker.metadata.is_controller():  # one broker of a cluster applies retention
+            await self.enforce_retention()
         await self._refresh_offsets()
 
     async def _refresh_offsets(self) -> None:

@@ -25,8 +25,21 @@ def _partition_error(index: int, code: int) -> dict[str, Any]:
             "records": b""}  # empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1")
 
 
-async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int]:
+def _preferred_replica(ctx: RequestContext, req: Any, t: Any, idx: int) -> int:
+    """KIP-392 for diskless partitions: a consumer that sends its rack (client.rack, Fetch v11+)
+    is pointed at a live broker of that rack, which serves the partition as well as any broker;
+    -1 when this broker is the one (or the rack has none)."""
     b = ctx.broker
+    rack = getattr(req, "rack_id", None)
+    if not rack or rack == b.rack or b.diskless is None or not b.is_diskless(t):
+        return -1
+    preferred = b.diskless.leader_in_rack(t, rack, t.partitions[idx])
+    return preferred if preferred != b.node_id else -1
+
+
+async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
+    b = ctx.broker
+    redirected = False
     remaining = int(req.max_bytes) if req.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     out = []
@@ -44,6 +57,13 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
             idx = fp.partition
             if t is None or idx not in t.partitions:
                 entry["partitions"].append(_partition_error(idx, UNKNOWN_TOPIC_ID if (by_id and t is None) else UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            preferred = _preferred_replica(ctx, req, t, idx)
+            if preferred >= 0:
+                redirected = True
+                hw, ls = b.partition_offsets(t, idx)
+                entry["partitions"].append({**_partition_error(idx, 0), "high_watermark": hw, "last_stable_offset": hw,
+                                            "log_start_offset": ls, "preferred_read_replica": preferred})
                 continue
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
@@ -70,7 +90,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                 "records": bytes(res.records) if size else b"",
             })
         out.append(entry)
-    return out, total
+    return out, total, redirected
 
 
 @handler(1, "Fetch", 4, 15)
@@ -85,9 +105,10 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if t is not None:
             keys += [(t.name, fp.partition) for fp in ft.partitions]
     while True:
-        responses, total = await _read_once(ctx, req, by_id)
+        responses, total, redirected = await _read_once(ctx, req, by_id)
         left = deadline - time.monotonic()
-        if total >= max(1, int(req.min_bytes)) or left <= 0 or b.stopping or not keys:
+        # a redirect to a preferred read replica is answered at once, as Kafka's ReplicaManager does
+        if total >= max(1, int(req.min_bytes)) or left <= 0 or b.stopping or not keys or redirected:
             break
         await b.notifier.wait(keys, left)
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

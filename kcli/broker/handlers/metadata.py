@@ -20,11 +20,7 @@ AUTHORIZED_OPS_OMITTED = -2147483648
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
     """Brokers with a live registration (kcli/cluster/); this broker at least, since it answers."""
-    b = ctx.broker
-    live = [{"node_id": r.node_id, "host": r.host, "port": r.port, "rack": r.rack} for r in b.metadata.live_brokers()]
-    if not any(e["node_id"] == b.node_id for e in live):
-        live.append({"node_id": b.node_id, "host": b.advertised_host, "port": b.advertised_port, "rack": b.rack})
-    return sorted(live, key=lambda e: e["node_id"])
+    return [{"node_id": r.node_id, "host": r.host, "port": r.port, "rack": r.rack} for r in ctx.broker.live_brokers()]
 
 
 def controller_id(ctx: RequestContext) -> int:
@@ -37,7 +33,8 @@ def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> 
     b = ctx.broker
     t = b.topic(name)
     assert t is not None
-    leader_for = b.diskless.leader_for_client if (b.diskless is not None and b.is_diskless(t)) else None
+    diskless = b.diskless is not None and b.is_diskless(t)
+    live = {r.node_id for r in b.live_brokers()}
     # KIP-694: producers are not shown ReadOnly partitions (see kcli/broker/partition_reducer.py).
     if b.partition_reducer is not None:
         visible, topic_id = b.partition_reducer.metadata_view(t, producer_view)
@@ -45,11 +42,17 @@ def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> 
         visible, topic_id = b.visible_partitions(t), t.topic_id
     parts = []
     for p in visible:
-        leader = leader_for(ctx.client_id, p) if leader_for else p.leader
+        if diskless:  # any live broker serves it; the replicas are metadata-only (KIP-1163)
+            leader, replicas, error = b.diskless.leader_for_client(t, ctx.client_id, p), p.replicas, 0
+        else:  # one broker holds the log; while it is down the partition is offline, as in Kafka
+            host = b.metadata.partition_host(p.leader)
+            replicas = [host]
+            leader, error = (host, 0) if host in live else (-1, LEADER_NOT_AVAILABLE)
         parts.append({
-            "error_code": 0, "partition_index": p.partition, "leader_id": leader,
-            "leader_epoch": p.leader_epoch, "replica_nodes": p.replicas, "isr_nodes": p.isr,
-            "offline_replicas": [],
+            "error_code": error, "partition_index": p.partition, "leader_id": leader,
+            "leader_epoch": p.leader_epoch, "replica_nodes": replicas,
+            "isr_nodes": [r for r in replicas if r in live],
+            "offline_replicas": [r for r in replicas if r not in live],
         })
     return {"error_code": 0, "name": name, "topic_id": topic_id, "is_internal": name in INTERNAL_TOPICS,
             "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}

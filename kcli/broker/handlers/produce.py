@@ -79,9 +79,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             if b.is_diskless(t):
                 pending[key] = b.diskless.append(t, pd.index, records)
                 continue
-            lg = b.get_log(name, pd.index)
-            if lg is None:
-                results[key] = _error(pd.index, UNKNOWN_TOPIC_OR_PARTITION)
+            try:
+                lg = b.log_for(t, pd.index)  # NOT_LEADER_OR_FOLLOWER when another broker hosts it
+            except BrokerError as err:
+                results[key] = _error(pd.index, err.code, err.message)
                 continue
             log_append = b.topic_config_value(t, "message.timestamp.type") == "LogAppendTime"
             try:
