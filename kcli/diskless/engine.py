@@ -365,8 +365,9 @@ class DisklessEngine(BrokerExtension):
 
     def _set_log_start(self, t: "TopicState", partition: int, lso: int) -> None:
         o = self._offsets.get((t.topic_id, partition))
-        if o is not None and lso >= 0:
-            o[1] = max(o[1], lso)
+        if o is not None and lso > o[1]:
+            o[1] = lso
+            self.broker.metadata.publish_offsets([(t.topic_id, partition, o[0], lso)])
 
     # ==========================================================================================
     # broker hooks
