@@ -13,6 +13,10 @@ with ``retain`` the remote segments stay readable and expire by retention.ms/byt
 writes DISABLED. A topic found DISABLING at start-up (the broker died mid-way) is disabled
 again from the top: every step is idempotent.
 
+In a cluster every broker does this part for the partitions it hosts and marks each one done for
+the tiered epoch in the shared remote log metadata; the controller writes DISABLED once every
+partition is marked, whichever host finished last (one broker: all of it in one pass).
+
 Two vocabularies reach the same machine: KIP-950's ``remote.log.disable.policy=retain|delete``
 and Apache Kafka 3.9's ``remote.log.delete.on.disable`` / ``remote.log.copy.disable``, validated
 with Kafka's own messages (see :func:`validate_change`).
@@ -53,6 +57,8 @@ INVALID_REQUEST = 42
 # Test hook (broker config): hold a disablement in DISABLING this long before its remote work,
 # so tests can observe DISABLING and kill the broker mid-way.
 DISABLE_DELAY_CONFIG = "kcli.fault.remote.log.disable.delay.ms"
+# How often a broker whose part is done looks whether the others' parts are (a small query).
+WAIT_OTHERS_S = 1.0
 
 KAFKA_TURN_OFF_MESSAGE = (
     "It is invalid to disable remote storage without deleting remote data. "
@@ -164,6 +170,8 @@ class PartitionStopper(Protocol):
 
     broker: Any
 
+    metadata: Any  # kcli.tiered.metadata.RemoteLogMetadata
+
     async def stop_partitions(self, t: "TopicState", *, delete_remote: bool) -> None: ...
 
 
@@ -214,23 +222,43 @@ class Disabler:
             await self._run_until_disabled(topic_id, retry_s)
         finally:
             self.guard.forget(topic_id)
+            self.guard.forget((topic_id, DISABLED))
 
     async def _run_until_disabled(self, topic_id: uuid.UUID, retry_s: float) -> None:
+        """Do this broker's part (its partitions), then wait until every partition's part is
+        marked done; the controller then writes DISABLED, once. On one broker that is all of
+        it in one pass. In a cluster every broker runs this until the topic leaves DISABLING,
+        so a new controller finishes what a dead one started, and a host that dies mid-way
+        redoes its part when it is back (every step is idempotent)."""
+        mine_done = -1  # tiered epoch whose part this broker has done
         while not self.broker.stopping:
             t = self.broker.topic_by_id(topic_id)
             if t is None or t.tiered_state != DISABLING:
                 return
             epoch = t.tiered_epoch
             policy = disable_policy(t.configs)
-            # remote store down: stay DISABLING and retry (as KIP-950's controller does), with back-off
-            await self.guard.step(topic_id, t.name,
-                                  lambda: self.manager.stop_partitions(t, delete_remote=policy == "delete"))
-            if self.guard.failing(topic_id):
-                await asyncio.sleep(max(retry_s, self.guard.retry_in(topic_id)))
-                continue
+            if mine_done != epoch:
+                # remote store down: stay DISABLING and retry (as KIP-950's controller does), with back-off
+                await self.guard.step(topic_id, t.name,
+                                      lambda: self.manager.stop_partitions(t, delete_remote=policy == "delete"))
+                if self.guard.failing(topic_id):
+                    await asyncio.sleep(max(retry_s, self.guard.retry_in(topic_id)))
+                    continue
+                mine_done = epoch
             t = self.broker.topic_by_id(topic_id)
             if t is None or t.tiered_state != DISABLING or t.tiered_epoch != epoch:
                 return
-            self.broker.metadata.append([_state_record(topic_id, epoch, DISABLED)])
-            log.info("tiered storage of %s disabled (policy %s, tiered epoch %d)", t.name, policy, epoch)
-            return
+            if self.broker.metadata.is_controller() and await self.guard.step(
+                    (topic_id, DISABLED), t.name, lambda: self._write_disabled(t)):
+                log.info("tiered storage of %s disabled (policy %s, tiered epoch %d)", t.name, policy, epoch)
+                return
+            await asyncio.sleep(min(retry_s, WAIT_OTHERS_S))  # other hosts' parts, or the controller
+
+    async def _write_disabled(self, t: "TopicState") -> bool:
+        """DISABLED, once every partition of ``t`` has done its part of disabling its current
+        tiered epoch; False while some have not."""
+        stopped = await asyncio.to_thread(self.manager.metadata.stopped_partitions, t.topic_id, t.tiered_epoch)
+        if not set(t.partitions) <= stopped:
+            return False
+        self.broker.metadata.append([_state_record(t.topic_id, t.tiered_epoch, DISABLED)])
+        return True

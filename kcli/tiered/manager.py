@@ -25,6 +25,13 @@ Fetches below the local log start offset are answered from remote segments (whol
 most one segment per fetch, via the segment's offset index); ListOffsets EARLIEST_LOCAL (-4) and
 LATEST_TIERED (-5) come from the local log start and the highest tiered offset. KIP-950
 disablement is in :mod:`kcli.tiered.disable`.
+
+The segment metadata comes from the broker's cluster state store (``remote_log_metadata``): the
+data dir's event file on one broker, PostgreSQL in a cluster; this module does not know which.
+In a cluster each partition's remote segments are worked on by one broker (:meth:`owns`): the
+partition's host; for a deleted topic or partition, the broker that copied the segment while it
+is alive, else the controller. The remote storage manager must then write to a store every
+broker shares (:func:`kcli.tiered.store.check_shared`).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from kcli.storage.index import OffsetIndex, TimeIndex
 from kcli.storage.log import ReadResult
 from kcli.storage.segment import iter_record_timestamps
 from kcli.tiered import disable as kip950
-from kcli.tiered.metadata import RemoteLogMetadataStore
+from kcli.tiered.metadata import RemoteLogMetadata
 from plugins.rsm.base import (
     IndexType,
     LogSegmentData,
@@ -89,7 +96,7 @@ class RemoteLogManager(BrokerExtension):
 
     def __init__(self, broker: "Broker") -> None:
         super().__init__(broker)
-        self.metadata = RemoteLogMetadataStore(broker.data_dir)
+        self.metadata: RemoteLogMetadata = broker.metadata.remote_log_metadata(broker.data_dir)
         self.rsm: RemoteStorageManager | None = None
         self.disabler = kip950.Disabler(self)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -104,6 +111,9 @@ class RemoteLogManager(BrokerExtension):
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        from kcli.tiered.store import check_shared
+
+        check_shared(self.broker)  # before anything is opened: refused with one line
         self.metadata.open()
         self.rsm = self._build_rsm()
         for t in list(self.broker.state.topics.values()):
@@ -144,6 +154,24 @@ class RemoteLogManager(BrokerExtension):
 
     def _lock(self, topic_id: uuid.UUID, partition: int) -> asyncio.Lock:
         return self._locks.setdefault((topic_id, partition), asyncio.Lock())
+
+    def owns_partition(self, topic_id: uuid.UUID, partition: int, copiers: Iterable[int] = ()) -> bool:
+        """Whether this broker works on the remote segments of this partition: its host while
+        it exists; once it is gone (topic or partition deleted), a broker that copied some of
+        them (it may still be mid-copy) while one is alive, else the controller. On one node
+        that is always this broker."""
+        t = self.broker.topic_by_id(topic_id)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is not None:
+            return bool(self.broker.hosts(p))
+        copiers = set(copiers)
+        if self.broker.node_id in copiers:
+            return True
+        live = {b.node_id for b in self.broker.live_brokers()}
+        return self.broker.metadata.is_controller() and not copiers & live
+
+    def owns(self, seg: RemoteLogSegmentMetadata) -> bool:
+        return self.owns_partition(seg.segment_id.topic_id, seg.segment_id.partition, (seg.broker_id,))
 
     async def _rsm_call(self, fn: Any, *args: Any) -> Any:
         """Run a blocking RSM call in a worker thread (object stores do network or disk I/O)."""
@@ -198,9 +226,14 @@ class RemoteLogManager(BrokerExtension):
     def topic_deleted(self, topic: "TopicState") -> None:
         """Remote data of a deleted topic goes too (marked now, deleted in the background)."""
         self.disabler.forget(topic.topic_id)
-        segs = self.metadata.all_segments(topic.topic_id, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+        segs = [s for s in self.metadata.all_segments(topic.topic_id, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+                if self.owns(s)]
         if segs:
-            self.metadata.update_state(segs, S.DELETE_SEGMENT_STARTED)
+            try:
+                self.metadata.update_state(segs, S.DELETE_SEGMENT_STARTED)
+            except Exception as err:  # noqa: BLE001 - the copy rounds mark the orphans again
+                log.warning("marking the remote segments of deleted topic %s failed (retried): %s", topic.name, err)
+                return
         self._spawn(self._finish_deletes_now(topic.topic_id), f"rlm-delete-{topic.name}")
 
     async def _finish_deletes_now(self, topic_id: uuid.UUID) -> None:
@@ -237,9 +270,22 @@ class RemoteLogManager(BrokerExtension):
         """Segments a crash left mid-copy, and those of topics that no longer exist, are marked
         for deletion (a half-copied segment is never trusted; it is copied again). Every copy
         round then deletes the marked ones, partition by partition (:meth:`_finish_pending_deletes`)."""
-        known = {t.topic_id for t in self.broker.state.topics.values()}
         doomed = [s for s in self.metadata.all_segments(states=(S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
-                  if s.state is S.COPY_SEGMENT_STARTED or s.segment_id.topic_id not in known]
+                  if (s.state is S.COPY_SEGMENT_STARTED or self._orphan(s)) and self.owns(s)]
+        if doomed:
+            self.metadata.update_state(doomed, S.DELETE_SEGMENT_STARTED)
+
+    def _orphan(self, seg: RemoteLogSegmentMetadata) -> bool:
+        """The segment's topic or partition no longer exists."""
+        t = self.broker.topic_by_id(seg.segment_id.topic_id)
+        return t is None or seg.segment_id.partition not in t.partitions
+
+    def _mark_orphans(self) -> None:
+        """Finished copies of deleted topics whose deletion nobody marked (their host was down,
+        or the database was): marked for deletion by their owner now. A copy still running is
+        left to the broker copying it, which sees the topic gone when it ends."""
+        doomed = [s for s in self.metadata.all_segments(states=(S.COPY_SEGMENT_FINISHED,))
+                  if self._orphan(s) and self.owns(s)]
         if doomed:
             self.metadata.update_state(doomed, S.DELETE_SEGMENT_STARTED)
 
@@ -247,6 +293,8 @@ class RemoteLogManager(BrokerExtension):
         """One RLM copy round: finish marked deletions, then copy every copying partition, each
         partition on its own (a failure backs that partition off; the others proceed).
         Returns segments copied."""
+        self.metadata.refresh()  # what other brokers of a cluster wrote (deleted topics' segments)
+        self._mark_orphans()
         await self.delete_guard.round(self._finish_pending_deletes, "remote delete round")
         copied = 0
         for t, p, lg in self._local_logs(self.copy_enabled):
@@ -262,7 +310,7 @@ class RemoteLogManager(BrokerExtension):
         """Delete the remote objects of every segment in DELETE_SEGMENT_STARTED (left by a crash,
         a failed undo of a copy, or a topic deletion whose fast path failed), per partition."""
         pending = {(s.segment_id.topic_id, s.segment_id.partition): s.segment_id.topic
-                   for s in self.metadata.all_segments(states=(S.DELETE_SEGMENT_STARTED,))}
+                   for s in self.metadata.all_segments(states=(S.DELETE_SEGMENT_STARTED,)) if self.owns(s)}
         for (topic_id, p), name in sorted(pending.items(), key=lambda kv: (kv[1], kv[0][1])):
             await self.delete_guard.step((topic_id, p), f"{name}-{p}",
                                          lambda: self._finish_partition_deletes(topic_id, p))
@@ -270,7 +318,7 @@ class RemoteLogManager(BrokerExtension):
     async def _finish_partition_deletes(self, topic_id: uuid.UUID, partition: int) -> None:
         async with self._lock(topic_id, partition):
             # under the lock: a copy that was running has now ended (and was marked too)
-            segs = self.metadata.segments(topic_id, partition, (S.DELETE_SEGMENT_STARTED,))
+            segs = [s for s in self.metadata.segments(topic_id, partition, (S.DELETE_SEGMENT_STARTED,)) if self.owns(s)]
             if segs:
                 await self._delete_remote(segs)
 
@@ -353,20 +401,28 @@ class RemoteLogManager(BrokerExtension):
             await self._finish_partition_deletes(topic_id, p)
 
     async def stop_partitions(self, t: "TopicState", *, delete_remote: bool) -> None:
-        """KIP-950's RemoteLogManager#stopPartitions for every partition of ``t``: copying has
-        stopped (the topic no longer copies, and the lock waits out a running copy); with
-        ``delete_remote`` the log start offset moves to the local log start and every remote
-        segment is deleted."""
-        partitions = sorted(set(t.partitions) | set(self.metadata.partitions(t.topic_id)))
+        """KIP-950's RemoteLogManager#stopPartitions for every partition of ``t`` this broker
+        works on (:meth:`owns_partition`): copying has stopped (the topic no longer copies, and
+        the lock waits out a running copy); with ``delete_remote`` the log start offset moves to
+        the local log start and every remote segment is deleted. Each partition done is marked
+        in the remote log metadata for ``t.tiered_epoch``, so whoever writes DISABLED knows it."""
+        self.metadata.refresh()
+        copiers: dict[int, set[int]] = {}
+        for s in self.metadata.all_segments(t.topic_id, LIVE):
+            copiers.setdefault(s.segment_id.partition, set()).add(s.broker_id)
+        partitions = [p for p in sorted(set(t.partitions) | set(copiers))
+                      if self.owns_partition(t.topic_id, p, copiers.get(p, ()))]
         failed: list[tuple[int, Exception]] = []
+        done: list[int] = []
         for p in partitions:
             async with self._lock(t.topic_id, p):
-                if not delete_remote:
-                    continue
                 try:
-                    await self._stop_partition_delete(t, p)
+                    if delete_remote:
+                        await self._stop_partition_delete(t, p)
+                    done.append(p)
                 except Exception as err:  # noqa: BLE001 - the other partitions still proceed
                     failed.append((p, err))
+        self.metadata.mark_partitions_stopped(t.topic_id, t.tiered_epoch, done)
         if failed:
             p, err = failed[0]
             raise RemoteStorageException(f"{len(failed)} of {len(partitions)} partition(s) failed, "

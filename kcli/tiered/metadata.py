@@ -12,6 +12,11 @@ on the strength of an event that a crash could lose. Events are Kafka's two reco
 A torn last line (crash mid-write) is dropped on replay. Segments reaching
 DELETE_SEGMENT_FINISHED leave the materialised state; when the file holds far more events than
 live segments it is rewritten (temp file, fsync, rename) at open.
+
+This file is the single-node RLMM. A broker of a cluster gets the PostgreSQL one
+(:mod:`kcli.cluster.pg_remote_log`) from its cluster state store instead; both satisfy
+:class:`RemoteLogMetadata` and share :class:`MaterializedSegments`, the in-memory view that
+answers every query without I/O (fetches ask it on the event loop).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 import uuid
 from bisect import bisect_left, bisect_right, insort_right
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from kcli.crcjson import decode_line, encode_line
 
@@ -63,23 +68,135 @@ def segment_from_json(d: dict[str, Any]) -> RemoteLogSegmentMetadata:
     )
 
 
-class RemoteLogMetadataStore:
-    """Materialised remote segments per (topic id, partition), backed by the fsynced event file.
+class RemoteLogMetadata(Protocol):
+    """What the RemoteLogManager needs of an RLMM (Kafka's RemoteLogMetadataManager, reduced),
+    whichever store holds it: the event file of a single node, or PostgreSQL in a cluster.
+
+    Writes are durable before they return and validated before anything is written (a new
+    segment must be COPY_SEGMENT_STARTED; a state change must be one of Kafka's transitions
+    COPY_SEGMENT_STARTED → COPY_SEGMENT_FINISHED → DELETE_SEGMENT_STARTED →
+    DELETE_SEGMENT_FINISHED, else RemoteStorageException); queries answer from memory."""
+
+    def open(self) -> Any: ...
+    def close(self) -> None: ...
+    def refresh(self) -> None:
+        """Learn what other brokers wrote since the last call (nothing to learn on one node)."""
+    def add_copy_started(self, md: RemoteLogSegmentMetadata) -> None: ...
+    def update_state(self, mds: Iterable[RemoteLogSegmentMetadata],
+                     state: RemoteLogSegmentState) -> list[RemoteLogSegmentMetadata]: ...
+    def mark_partitions_stopped(self, topic_id: uuid.UUID, tiered_epoch: int, partitions: Iterable[int]) -> None:
+        """KIP-950: these partitions finished their part of disabling ``tiered_epoch``."""
+    def stopped_partitions(self, topic_id: uuid.UUID, tiered_epoch: int) -> set[int]: ...
+    def segments(self, topic_id: uuid.UUID, partition: int,
+                 states: Iterable[RemoteLogSegmentState] = ...) -> list[RemoteLogSegmentMetadata]: ...
+    def all_segments(self, topic_id: uuid.UUID | None = None,
+                     states: Iterable[RemoteLogSegmentState] | None = None) -> list[RemoteLogSegmentMetadata]: ...
+    def get(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None: ...
+    def partitions(self, topic_id: uuid.UUID) -> list[int]: ...
+    def segment_for_offset(self, topic_id: uuid.UUID, partition: int, offset: int) -> RemoteLogSegmentMetadata | None: ...
+    def highest_offset(self, topic_id: uuid.UUID, partition: int) -> int: ...
+
+
+class MaterializedSegments:
+    """Live remote segments per (topic id, partition), sorted by start offset, in memory.
 
     Mutations happen on the broker's event loop thread; readers may be anywhere (a lock keeps
-    the per-partition lists consistent).
+    the per-partition lists consistent). Segments reaching DELETE_SEGMENT_FINISHED leave it.
     """
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        # (topic id, partition) -> segments sorted by start offset
+        self._parts: dict[tuple[uuid.UUID, int], list[RemoteLogSegmentMetadata]] = {}
+
+    def _put(self, md: RemoteLogSegmentMetadata) -> None:
+        sid = md.segment_id
+        key = (sid.topic_id, sid.partition)
+        segs = self._parts.setdefault(key, [])
+        old = self._by_id.get(sid.id)
+        if old is not None:  # replace in place: same start offset, so the order holds
+            i = bisect_left(segs, old.start_offset, key=_start)
+            while segs[i].segment_id.id != sid.id:
+                i += 1
+            del segs[i]
+        if md.state is S.DELETE_SEGMENT_FINISHED:
+            self._by_id.pop(sid.id, None)
+        else:
+            self._by_id[sid.id] = md
+            insort_right(segs, md, key=_start)
+        if not segs:
+            del self._parts[key]
+
+    def _transitions(self, mds: Iterable[RemoteLogSegmentMetadata], state: RemoteLogSegmentState,
+                     current: Callable[[uuid.UUID], RemoteLogSegmentMetadata | None],
+                     now: int) -> list[RemoteLogSegmentMetadata]:
+        """The updated metadata of ``mds`` moved to ``state`` from what ``current`` says they are
+        now; raises before anything is written (unknown segment, or not Kafka's transition)."""
+        out = []
+        for md in mds:
+            cur = current(md.segment_id.id)
+            if cur is None:
+                raise RemoteLogMetadataError(f"unknown remote segment {md.segment_id.id}")
+            out.append(cur.with_state(state, now))
+        return out
+
+    # -- queries -------------------------------------------------------------------------------
+    def segments(self, topic_id: uuid.UUID, partition: int,
+                 states: Iterable[RemoteLogSegmentState] = (S.COPY_SEGMENT_FINISHED,)) -> list[RemoteLogSegmentMetadata]:
+        """Segments of one partition in ``states``, by start offset (Kafka's listRemoteLogSegments)."""
+        wanted = set(states)
+        with self._lock:
+            return [s for s in self._parts.get((topic_id, partition), []) if s.state in wanted]
+
+    def all_segments(self, topic_id: uuid.UUID | None = None,
+                     states: Iterable[RemoteLogSegmentState] | None = None) -> list[RemoteLogSegmentMetadata]:
+        wanted = set(states) if states is not None else None
+        with self._lock:
+            return [s for (tid, _p), segs in sorted(self._parts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+                    for s in segs
+                    if (topic_id is None or tid == topic_id) and (wanted is None or s.state in wanted)]
+
+    def get(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
+        """Current metadata of one segment (None once DELETE_SEGMENT_FINISHED)."""
+        with self._lock:
+            return self._by_id.get(segment_id)
+
+    def partitions(self, topic_id: uuid.UUID) -> list[int]:
+        with self._lock:
+            return sorted(p for (tid, p) in self._parts if tid == topic_id)
+
+    def segment_for_offset(self, topic_id: uuid.UUID, partition: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The finished segment holding ``offset``, else the first one after it (Kafka's
+        remoteLogSegmentMetadata(tp, epoch, offset), falling forward over a gap)."""
+        segs = self.segments(topic_id, partition)
+        i = bisect_right([s.start_offset for s in segs], offset) - 1
+        for s in segs[max(i, 0):]:
+            if s.end_offset >= offset:
+                return s
+        return None
+
+    def highest_offset(self, topic_id: uuid.UUID, partition: int) -> int:
+        """Last offset of the finished remote segments, -1 if none (Kafka's highestOffsetForEpoch)."""
+        segs = self.segments(topic_id, partition)
+        return max((s.end_offset for s in segs), default=-1)
+
+
+class RemoteLogMetadataStore(MaterializedSegments):
+    """The single-node RLMM: :class:`MaterializedSegments` backed by the fsynced event file.
+
+    KIP-950 "partition stopped" marks are kept in memory only: on one broker a disablement
+    stops every partition in one go, and after a restart it is redone from the top anyway
+    (kcli.tiered.disable), so the file format stays as it was."""
+
     def __init__(self, data_dir: Path, *, read_only: bool = False) -> None:
+        super().__init__()
         self.dir = Path(data_dir) / DIR_NAME
         self.path = self.dir / FILE_NAME
         self.read_only = read_only
         self._fd: int | None = None
-        self._lock = threading.Lock()
-        self._by_id: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        # (topic id, partition) -> segments sorted by start offset, and their start offsets
-        self._parts: dict[tuple[uuid.UUID, int], list[RemoteLogSegmentMetadata]] = {}
         self._events = 0
+        self._stopped: dict[tuple[uuid.UUID, int], set[int]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self) -> "RemoteLogMetadataStore":
@@ -166,84 +283,32 @@ class RemoteLogMetadataStore:
         else:
             raise RemoteLogMetadataError(f"unknown remote log metadata record type {kind}")
 
-    def _put(self, md: RemoteLogSegmentMetadata) -> None:
-        sid = md.segment_id
-        key = (sid.topic_id, sid.partition)
-        segs = self._parts.setdefault(key, [])
-        old = self._by_id.get(sid.id)
-        if old is not None:  # replace in place: same start offset, so the order holds
-            i = bisect_left(segs, old.start_offset, key=_start)
-            while segs[i].segment_id.id != sid.id:
-                i += 1
-            del segs[i]
-        if md.state is S.DELETE_SEGMENT_FINISHED:
-            self._by_id.pop(sid.id, None)
-        else:
-            self._by_id[sid.id] = md
-            insort_right(segs, md, key=_start)
-        if not segs:
-            del self._parts[key]
-
     def add_copy_started(self, md: RemoteLogSegmentMetadata) -> None:
         """Record a new segment copy (Kafka's addRemoteLogSegmentMetadata)."""
         if md.state is not S.COPY_SEGMENT_STARTED:
             raise RemoteLogMetadataError(f"a new remote segment must be {S.COPY_SEGMENT_STARTED.value}, got {md.state.value}")
+        if self.get(md.segment_id.id) is not None:
+            raise RemoteLogMetadataError(f"remote segment {md.segment_id.id} already exists")
         self._append([{"type": "RemoteLogSegmentMetadataRecord", "data": segment_to_json(md)}])
 
     def update_state(self, mds: Iterable[RemoteLogSegmentMetadata], state: RemoteLogSegmentState) -> list[RemoteLogSegmentMetadata]:
         """Move segments to ``state`` in one fsynced write (Kafka's updateRemoteLogSegmentMetadata);
         returns the updated metadata. Invalid transitions raise before anything is written."""
-        now = _now_ms()
-        out = []
-        for md in mds:
-            current = self._by_id.get(md.segment_id.id)
-            if current is None:
-                raise RemoteLogMetadataError(f"unknown remote segment {md.segment_id.id}")
-            out.append(current.with_state(state, now))
+        out = self._transitions(mds, state, self.get, _now_ms())
         self._append({"type": "RemoteLogSegmentMetadataUpdateRecord",
-                      "data": {"segmentId": str(md.segment_id.id), "state": state.value, "eventTimestampMs": now}}
+                      "data": {"segmentId": str(md.segment_id.id), "state": state.value,
+                               "eventTimestampMs": md.event_timestamp_ms}}
                      for md in out)
         return out
 
-    # -- queries -------------------------------------------------------------------------------
-    def segments(self, topic_id: uuid.UUID, partition: int,
-                 states: Iterable[RemoteLogSegmentState] = (S.COPY_SEGMENT_FINISHED,)) -> list[RemoteLogSegmentMetadata]:
-        """Segments of one partition in ``states``, by start offset (Kafka's listRemoteLogSegments)."""
-        wanted = set(states)
-        with self._lock:
-            return [s for s in self._parts.get((topic_id, partition), []) if s.state in wanted]
+    def refresh(self) -> None:
+        """Nothing to learn: this broker is the only writer."""
 
-    def all_segments(self, topic_id: uuid.UUID | None = None,
-                     states: Iterable[RemoteLogSegmentState] | None = None) -> list[RemoteLogSegmentMetadata]:
-        wanted = set(states) if states is not None else None
-        with self._lock:
-            return [s for (tid, _p), segs in sorted(self._parts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
-                    for s in segs
-                    if (topic_id is None or tid == topic_id) and (wanted is None or s.state in wanted)]
+    def mark_partitions_stopped(self, topic_id: uuid.UUID, tiered_epoch: int, partitions: Iterable[int]) -> None:
+        self._stopped.setdefault((topic_id, tiered_epoch), set()).update(partitions)
 
-    def get(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
-        """Current metadata of one segment (None once DELETE_SEGMENT_FINISHED)."""
-        with self._lock:
-            return self._by_id.get(segment_id)
-
-    def partitions(self, topic_id: uuid.UUID) -> list[int]:
-        with self._lock:
-            return sorted(p for (tid, p) in self._parts if tid == topic_id)
-
-    def segment_for_offset(self, topic_id: uuid.UUID, partition: int, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The finished segment holding ``offset``, else the first one after it (Kafka's
-        remoteLogSegmentMetadata(tp, epoch, offset), falling forward over a gap)."""
-        segs = self.segments(topic_id, partition)
-        i = bisect_right([s.start_offset for s in segs], offset) - 1
-        for s in segs[max(i, 0):]:
-            if s.end_offset >= offset:
-                return s
-        return None
-
-    def highest_offset(self, topic_id: uuid.UUID, partition: int) -> int:
-        """Last offset of the finished remote segments, -1 if none (Kafka's highestOffsetForEpoch)."""
-        segs = self.segments(topic_id, partition)
-        return max((s.end_offset for s in segs), default=-1)
+    def stopped_partitions(self, topic_id: uuid.UUID, tiered_epoch: int) -> set[int]:
+        return set(self._stopped.get((topic_id, tiered_epoch), ()))
 
 
 def _start(md: RemoteLogSegmentMetadata) -> int:
