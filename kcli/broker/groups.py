@@ -9,14 +9,26 @@ loop, so state changes between two ``await``s are atomic and need no locks; dela
 operations are loop timers.
 
 Group membership lives only in memory (clients rejoin after a restart). Committed offsets are
-durable: ``<data_dir>/__consumer_offsets/offsets.log`` holds one ``<crc32c hex> <json>`` line
-per record, fsynced before a commit is answered (concurrent commits share one fsync), replayed
-at start and compacted when it is mostly superseded records.
+durable behind the :class:`CommittedOffsetStore` contract, which the shared cluster state hands
+out (``ClusterStateStore.offset_store``): on one broker :class:`OffsetStore`, where
+``<data_dir>/__consumer_offsets/offsets.log`` holds one ``<crc32c hex> <json>`` line per record,
+fsynced before a commit is answered (concurrent commits share one fsync), replayed at start and
+compacted when it is mostly superseded records; in a cluster the PostgreSQL store of
+:mod:`kcli.cluster.pg_offsets`.
+
+In a cluster each group has one coordinator among the live brokers (:func:`coordinator_node`):
+a group maps to a ``__consumer_offsets`` partition as in Kafka, and the partition to a broker by
+rendezvous hashing, so when a broker leaves only its groups move. A broker loads a group's
+offsets from the store when it first serves the group (after a failover: the store's state at
+that moment), unloads it when the group moves away, and answers NOT_COORDINATOR for groups it
+does not coordinate. On one broker every group is coordinated here, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import logging
 import os
 import struct
@@ -25,7 +37,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
+
+from kio.schema.errors import ErrorCode
 
 from kcli.crcjson import decode_line, encode_line
 
@@ -47,6 +61,7 @@ NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = int(ErrorCode.group_subscribed_to_topic)  # OffsetDelete (KIP-496)
 
 # Group states, spelled as Kafka reports them in ListGroups / DescribeGroups.
 EMPTY = "Empty"
@@ -81,11 +96,50 @@ _DEFAULTS = {
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": OFFSET_METADATA_MAX_BYTES,
+    "offsets.topic.num.partitions": 50,
 }
+# How often a coordinator checks which of its loaded groups moved to another live broker (or
+# were taken over through the store) and unloads them.
+OWNERSHIP_CHECK_S = 0.5
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# ---- which broker coordinates a group ----------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (31-polynomial over UTF-16 code units, int32 overflow)."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@functools.lru_cache(maxsize=65536)
+def offsets_partition(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``GroupCoordinator.partitionFor``: ``Utils.abs(groupId.hashCode) % partitions``
+    (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % max(1, num_partitions)
+
+
+def coordinator_node(partition: int, node_ids: Iterable[int]) -> int:
+    """The node that coordinates the groups of ``__consumer_offsets`` partition ``partition``:
+    the highest random weight over the live nodes (rendezvous hashing), so that a departing
+    node moves only its own partitions and every broker with the same live set agrees."""
+
+    def weight(node: int) -> tuple[int, int]:
+        digest = hashlib.blake2b(f"{partition}/{node}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big"), node
+
+    nodes = list(node_ids)
+    if not nodes:
+        raise ValueError("no live node to coordinate groups")
+    return max(nodes, key=weight)
 
 
 # ---- results handed to the API handlers --------------------------------------------------------
@@ -413,7 +467,61 @@ def _answer_sync(member: Member, result: SyncResult) -> bool:
 
 
 class OffsetStoreError(Exception):
-    """The offsets log cannot be read or written."""
+    """The offsets store cannot be read or written; ``error_code`` is what a client gets (Kafka
+    answers a failed offsets-log append with NOT_COORDINATOR; an unreachable shared store is
+    COORDINATOR_NOT_AVAILABLE). ``fenced``: another broker took the group over through the store."""
+
+    def __init__(self, message: str, error_code: int = NOT_COORDINATOR, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.fenced = fenced
+
+
+class CommittedOffsetStore(Protocol):
+    """What the coordinator needs from durable offsets, whoever holds them.
+
+    ``offsets`` and ``protocol_types`` hold the groups loaded here. A group is read and written
+    only between :meth:`load_group` and :meth:`unload_group`; a store shared by several brokers
+    makes the last broker that loaded a group its only writer (the others' writes fail with a
+    fenced OffsetStoreError) and loads the state the store has at that moment.
+    """
+
+    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
+    protocol_types: dict[str, str]
+
+    @property
+    def location(self) -> str:
+        """Where the offsets are, for messages."""
+
+    def open(self) -> None:
+        """Blocking: make the store usable (raises OSError / OffsetStoreError)."""
+
+    async def close(self) -> None:
+        """Finish pending writes and release files or connections."""
+
+    def group_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """Committed offsets of a loaded group."""
+
+    def has_offsets(self, group_id: str) -> bool:
+        """Whether a loaded group has committed offsets."""
+
+    async def append(self, records: list[dict[str, Any]]) -> None:
+        """Make ``records`` durable, then apply them; OffsetStoreError when they are not stored."""
+
+    def append_behind(self, records: list[dict[str, Any]]) -> None:
+        """Apply ``records`` now and write them without waiting (deletions, protocol types)."""
+
+    async def load_group(self, group_id: str) -> None:
+        """Become the group's writer and load its stored state (OffsetStoreError if unreachable)."""
+
+    def unload_group(self, group_id: str) -> None:
+        """Forget the group here (another broker coordinates it now, or nothing is left of it)."""
+
+    async def stored_groups(self) -> dict[str, str]:
+        """``{group_id: protocol_type}`` of every group with stored state, loaded or not."""
+
+    async def lost_groups(self, group_ids: Iterable[str]) -> set[str]:
+        """Of ``group_ids``, the loaded groups another broker has taken over since."""
 
 
 _encode = encode_line
@@ -494,6 +602,23 @@ class OffsetStore:
                 os.close(self._fd)
                 self._fd = None
 
+    @property
+    def location(self) -> str:
+        return f"offsets log in {self.dir}"
+
+    # -- groups: this broker is the only writer of its data dir, so every group stays loaded
+    async def load_group(self, group_id: str) -> None:
+        return None
+
+    def unload_group(self, group_id: str) -> None:
+        return None
+
+    async def stored_groups(self) -> dict[str, str]:
+        return {gid: self.protocol_types.get(gid, "") for gid in set(self.offsets) | set(self.protocol_types)}
+
+    async def lost_groups(self, group_ids: Iterable[str]) -> set[str]:
+        return set()
+
     # -- reading
     def group_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
         return self.offsets.get(group_id, {})
@@ -514,6 +639,11 @@ class OffsetStore:
 
     def append_behind(self, records: list[dict[str, Any]]) -> None:
         """Apply ``records`` now and write them without waiting (deletions, metadata)."""
+        # Every group is in memory here: a topic deletion that drops nothing needs no line.
+        records = [r for r in records if r.get("type") != "topic_delete"
+                   or any(tp[0] == r["topic"] for offs in self.offsets.values() for tp in offs)]
+        if not records:
+            return
         for rec in records:
             self._apply(rec)
         self._pending.append((records, None))
@@ -623,35 +753,43 @@ class OffsetStore:
 
     # -- state
     def _apply(self, rec: dict[str, Any]) -> None:
-        kind = rec.get("type")
-        if kind == "offset":
-            om = OffsetAndMetadata(int(rec["offset"]), int(rec.get("leader_epoch", -1)),
-                                   rec.get("metadata") or "", int(rec.get("commit_timestamp", 0)))
-            self.offsets.setdefault(rec["group"], {})[(rec["topic"], int(rec["partition"]))] = om
-        elif kind == "offset_delete":
-            offs = self.offsets.get(rec["group"])
-            if offs is not None:
-                offs.pop((rec["topic"], int(rec["partition"])), None)
-                if not offs:
-                    del self.offsets[rec["group"]]
-        elif kind == "group":
-            if rec.get("protocol_type"):
-                self.protocol_types[rec["group"]] = rec["protocol_type"]
-            else:
-                self.protocol_types.pop(rec["group"], None)
-        elif kind == "group_delete":
-            self.offsets.pop(rec["group"], None)
-            self.protocol_types.pop(rec["group"], None)
-        elif kind == "topic_delete":
-            topic = rec["topic"]
-            for g in list(self.offsets):
-                offs = self.offsets[g]
-                for tp in [tp for tp in offs if tp[0] == topic]:
-                    del offs[tp]
-                if not offs:
-                    del self.offsets[g]
+        if not apply_offset_record(self.offsets, self.protocol_types, rec):
+            log.warning("offsets log %s: skipping unknown record type %r", self.path, rec.get("type"))
+
+
+def apply_offset_record(offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]],
+                        protocol_types: dict[str, str], rec: dict[str, Any]) -> bool:
+    """Apply one offsets record to the in-memory state; False for a type it does not know."""
+    kind = rec.get("type")
+    if kind == "offset":
+        om = OffsetAndMetadata(int(rec["offset"]), int(rec.get("leader_epoch", -1)),
+                               rec.get("metadata") or "", int(rec.get("commit_timestamp", 0)))
+        offsets.setdefault(rec["group"], {})[(rec["topic"], int(rec["partition"]))] = om
+    elif kind == "offset_delete":
+        offs = offsets.get(rec["group"])
+        if offs is not None:
+            offs.pop((rec["topic"], int(rec["partition"])), None)
+            if not offs:
+                del offsets[rec["group"]]
+    elif kind == "group":
+        if rec.get("protocol_type"):
+            protocol_types[rec["group"]] = rec["protocol_type"]
         else:
-            log.warning("offsets log %s: skipping unknown record type %r", self.path, kind)
+            protocol_types.pop(rec["group"], None)
+    elif kind == "group_delete":
+        offsets.pop(rec["group"], None)
+        protocol_types.pop(rec["group"], None)
+    elif kind == "topic_delete":
+        topic = rec["topic"]
+        for g in list(offsets):
+            offs = offsets[g]
+            for tp in [tp for tp in offs if tp[0] == topic]:
+                del offs[tp]
+            if not offs:
+                del offsets[g]
+    else:
+        return False
+    return True
 
 
 def _commit_record(group: str, topic: str, partition: int, om: OffsetAndMetadata) -> dict[str, Any]:
@@ -677,16 +815,30 @@ def _fsync_dir(path: Path) -> None:
 
 
 class GroupCoordinator:
-    """Kafka's classic group coordinator for one broker that coordinates every group."""
+    """Kafka's classic group coordinator for the groups this broker coordinates.
 
-    def __init__(self, data_dir: Path, config_get_int: Callable[[str], int]) -> None:
+    ``live_nodes`` gives the node ids of the live brokers (this one included); without it, or
+    when it names this broker alone, every group is coordinated here. The API handlers call
+    :meth:`route` before each group operation; the operations themselves work on loaded groups.
+    """
+
+    def __init__(self, data_dir: Path, config_get_int: Callable[[str], int],
+                 store: CommittedOffsetStore | None = None, *, node_id: int = -1,
+                 live_nodes: Callable[[], Iterable[int]] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self._config_get_int = config_get_int
-        self.store = OffsetStore(self.data_dir / "__consumer_offsets")
+        self.store: CommittedOffsetStore = (store if store is not None
+                                            else OffsetStore(self.data_dir / "__consumer_offsets"))
+        self.node_id = node_id
+        self._live_nodes = live_nodes
         self.groups: dict[str, Group] = {}
         self.active = False
+        self._loaded: set[str] = set()  # groups whose stored state is loaded here
+        self._loading: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
+        self._ownership_task: asyncio.Task[None] | None = None
+        self._placement: tuple[frozenset[int], dict[int, int]] = (frozenset(), {})
 
     def _cfg(self, name: str) -> int:
         try:
@@ -700,24 +852,124 @@ class GroupCoordinator:
         try:
             await asyncio.to_thread(self.store.open)
         except OSError as err:
-            raise OffsetStoreError(f"cannot open offsets log in {self.store.dir}: {err}") from err
-        # Groups that only have offsets come back Empty, as Kafka loads them.
+            raise OffsetStoreError(f"cannot open {self.store.location}: {err}") from err
+        # Groups the store loaded at open (a data dir's log) come back Empty, as Kafka loads them.
         for gid in set(self.store.offsets) | set(self.store.protocol_types):
             self.groups[gid] = Group(gid, self.store.protocol_types.get(gid))
+            self._loaded.add(gid)
         self.active = True
         self._cleanup_task = self._loop.create_task(self._cleanup_loop())
+        self._ownership_task = self._loop.create_task(self._ownership_loop())
 
     async def close(self) -> None:
         self.active = False
-        if self._cleanup_task is not None:
-            self._cleanup_task.cancel()
+        for task in (self._cleanup_task, self._ownership_task, *self._loading.values()):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._cleanup_task
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
         for group in self.groups.values():
             self._unload(group)
         await self.store.close()
+
+    # -- which groups this broker coordinates (Kafka's partitionFor + the partition's leader)
+    def coordinator_of(self, group_id: str) -> int:
+        """Node id of the live broker that coordinates ``group_id``."""
+        if self._live_nodes is None:
+            return self.node_id
+        nodes = frozenset([*self._live_nodes(), self.node_id])  # this broker answers, so it is alive
+        if len(nodes) == 1:
+            return self.node_id
+        if self._placement[0] != nodes:  # the live set changed: partitions are placed anew
+            self._placement = (nodes, {})
+        partition = offsets_partition(group_id, self._cfg("offsets.topic.num.partitions"))
+        placed = self._placement[1]
+        if partition not in placed:
+            placed[partition] = coordinator_node(partition, nodes)
+        return placed[partition]
+
+    def owns(self, group_id: str) -> bool:
+        return self.coordinator_of(group_id) == self.node_id
+
+    async def route(self, group_id: str) -> int:
+        """NONE when this broker coordinates ``group_id`` and has its state loaded (loading it
+        from the store first: after a failover that is the store's state now), else the code
+        the client gets: NOT_COORDINATOR (it asks FindCoordinator again) or, while the store
+        cannot be reached, COORDINATOR_NOT_AVAILABLE. Callers act on the group right after it
+        returns, with no ``await`` in between, so the answer still holds."""
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE
+        if not group_id:
+            return NONE  # the operation answers INVALID_GROUP_ID
+        if not self.owns(group_id):
+            if group_id in self._loaded or group_id in self.groups:
+                self._unload_group(group_id, f"it moved to node {self.coordinator_of(group_id)}")
+            return NOT_COORDINATOR
+        if group_id in self._loaded:
+            return NONE
+        task = self._loading.get(group_id)
+        if task is None:
+            assert self._loop is not None, "coordinator not started"
+            task = self._loading[group_id] = self._loop.create_task(self._load_group(group_id))
+            task.add_done_callback(lambda _t, gid=group_id: self._loading.pop(gid, None))
+        try:
+            await asyncio.shield(task)
+        except OffsetStoreError as err:
+            return err.error_code
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE
+        if group_id not in self._loaded or not self.owns(group_id):
+            return NOT_COORDINATOR  # it moved while loading
+        return NONE
+
+    async def _load_group(self, group_id: str) -> None:
+        try:
+            await self.store.load_group(group_id)
+        except OffsetStoreError as err:
+            log.warning("group %s: cannot load its offsets from %s: %s", group_id, self.store.location, err)
+            raise
+        if not self.active:
+            return
+        self._loaded.add(group_id)
+        if group_id not in self.groups and (self.store.has_offsets(group_id) or group_id in self.store.protocol_types):
+            self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
+        log.info("group %s: now coordinated by node %d (%d committed offsets loaded)", group_id, self.node_id,
+                 len(self.store.group_offsets(group_id)))
+
+    def _unload_group(self, group_id: str, why: str) -> None:
+        """Stop coordinating ``group_id``: parked members get NOT_COORDINATOR and rediscover."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            self._unload(group)
+            log.info("group %s: no longer coordinated by node %d: %s", group_id, self.node_id, why)
+        self._loaded.discard(group_id)
+        self.store.unload_group(group_id)
+
+    async def check_ownership(self) -> None:
+        """Unload groups that moved to another live broker or that another broker took over
+        through the store, and loaded groups a request left without any state."""
+        for gid in sorted(self._loaded | set(self.groups)):
+            if not self.owns(gid):
+                self._unload_group(gid, f"it moved to node {self.coordinator_of(gid)}")
+            elif gid not in self.groups:
+                self._unload_group(gid, "nothing is left of it")
+        if self._loaded:
+            lost = await self.store.lost_groups(sorted(self._loaded))
+            for gid in sorted(lost & self._loaded):
+                self._unload_group(gid, "another broker took it over")
+
+    async def _ownership_loop(self) -> None:
+        while True:
+            await asyncio.sleep(OWNERSHIP_CHECK_S)
+            try:
+                await self.check_ownership()
+            except OffsetStoreError as err:
+                log.debug("group ownership check: %s", err)
+            except Exception:
+                log.exception("group ownership check failed")
 
     def _unload(self, group: Group) -> None:
         """Answer every parked request with NOT_COORDINATOR and stop the group's timers."""
@@ -1217,9 +1469,12 @@ class GroupCoordinator:
         if records:
             try:
                 await self.store.append(records)
-            except OffsetStoreError:
-                # Kafka answers a failed offsets-log append with NOT_COORDINATOR.
-                return {tp: (NOT_COORDINATOR if code == NONE else code) for tp, code in result.items()}
+            except OffsetStoreError as err:
+                # Kafka answers a failed offsets-log append with NOT_COORDINATOR; an unreachable
+                # shared store is COORDINATOR_NOT_AVAILABLE. Both make the client retry.
+                if err.fenced:
+                    self._unload_group(group_id, "another broker took it over")
+                return {tp: (err.error_code if code == NONE else code) for tp, code in result.items()}
             if group_id not in self.groups and self.store.has_offsets(group_id):
                 # The group was deleted while the commit was being written; it exists again.
                 self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
@@ -1255,15 +1510,50 @@ class GroupCoordinator:
             return NONE, dict(stored)
         return NONE, {tp: stored.get(tp) for tp in partitions}
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                       ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): drop committed offsets of topics the group does not consume;
+        returns (group error, error per partition) as Kafka's handleDeleteOffsets does."""
+        if not group_id:
+            return INVALID_GROUP_ID, {}
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE, {}
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            return GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] | None = set()
+        if group.state != EMPTY:
+            if group.protocol_type != "consumer":
+                return NON_EMPTY_GROUP, {}
+            subscribed = group.subscribed_topics()  # None: unknown, so every topic counts
+        out: dict[tuple[str, int], int] = {}
+        doomed: list[dict[str, Any]] = []
+        stored = self.store.group_offsets(group_id)
+        for topic, partition in partitions:
+            if subscribed is None or topic in subscribed:
+                out[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            out[(topic, partition)] = NONE
+            if (topic, partition) in stored:
+                doomed.append({"type": "offset_delete", "group": group_id, "topic": topic, "partition": partition})
+        if doomed:
+            self.store.append_behind(doomed)
+        return NONE, out
+
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """For kcli's tools: ``{(topic, partition): offset}`` of ``group_id``."""
         return {tp: om.offset for tp, om in self.store.group_offsets(group_id).items()}
 
-    def delete_topic_offsets(self, topic: str) -> int:
-        """Drop every group's offsets for a deleted topic; returns how many were dropped."""
+    def delete_topic_offsets(self, topic: str, topic_id: Any = None) -> int:
+        """Drop every group's offsets for a deleted topic; returns how many loaded ones were
+        dropped. Every broker of a cluster calls this for the same deletion: a shared store
+        deletes the stored offsets once per ``topic_id``."""
         n = sum(1 for offs in self.store.offsets.values() for tp in offs if tp[0] == topic)
+        rec: dict[str, Any] = {"type": "topic_delete", "topic": topic}
+        if topic_id is not None:
+            rec["topic_id"] = str(topic_id)
+        self.store.append_behind([rec])
         if n:
-            self.store.append_behind([{"type": "topic_delete", "topic": topic}])
             log.info("removed %d committed offsets of deleted topic %s", n, topic)
         return n
 
@@ -1278,6 +1568,17 @@ class GroupCoordinator:
             if wanted is not None and g.state.lower() not in wanted:
                 continue
             out.append((g.group_id, g.protocol_type or "", g.state))
+        return out
+
+    async def list_coordinated_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+        """ListGroups: the groups this broker coordinates, with those whose stored state is not
+        loaded here yet (Empty, as Kafka lists groups that only have offsets)."""
+        stored = await self.store.stored_groups()  # OffsetStoreError when unreachable
+        out = [row for row in self.list_groups(states) if self.owns(row[0])]
+        wanted = {s.lower() for s in states} if states else None
+        if wanted is None or EMPTY.lower() in wanted:
+            out += [(gid, pt or "", EMPTY) for gid, pt in sorted(stored.items())
+                    if gid not in self.groups and self.owns(gid)]
         return out
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
@@ -1349,9 +1650,23 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(self._cfg("offsets.retention.check.interval.ms") / 1000.0)
             try:
+                await self.load_coordinated_groups()
+            except OffsetStoreError as err:
+                log.warning("cannot load the groups this broker coordinates: %s", err)
+            try:
                 self.expire_offsets()
             except Exception:
                 log.exception("offsets cleanup failed")
+
+    async def load_coordinated_groups(self) -> int:
+        """Load every stored group this broker coordinates and has not loaded (Kafka loads its
+        whole offsets partitions), so that retention also reaches groups nobody asked about
+        since they moved here; they age from now, never from a guess. Returns how many."""
+        loaded = 0
+        for gid in sorted(await self.store.stored_groups()):
+            if self.active and gid not in self._loaded and self.owns(gid) and await self.route(gid) == NONE:
+                loaded += 1
+        return loaded
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Drop offsets past retention and forget Empty groups without offsets; returns count."""

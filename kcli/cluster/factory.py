@@ -26,7 +26,7 @@ def open_store(config: Any, data_dir: Path) -> ClusterStateStore:
         return PostgresClusterStore(url, config.get_int("node.id"), settings_from_config(config))
     from kcli.cluster.local import LocalClusterStore
 
-    return LocalClusterStore(data_dir)
+    return LocalClusterStore(data_dir, config.get_int("node.id"))
 
 
 def check_reachable(config: Any) -> None:

@@ -7,8 +7,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kcli.broker.groups import OffsetStore
 from kcli.broker.metadata_log import ClusterState, MetadataLog
 from kcli.cluster.state import BrokerRegistration, RecordsListener
+from kcli.tiered.metadata import RemoteLogMetadataStore
 
 
 class LocalClusterStore:
@@ -16,8 +18,9 @@ class LocalClusterStore:
 
     single_broker = True
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, node_id: int | None = None) -> None:
         self.log = MetadataLog(Path(data_dir))
+        self._node_id = node_id
         self._listener: RecordsListener | None = None
         self._me: BrokerRegistration | None = None
 
@@ -60,7 +63,15 @@ class LocalClusterStore:
         return [self._me] if self._me is not None else []
 
     def partition_host(self, leader: int) -> int:
+        if self._node_id is not None:  # known before registration: logs open before the listener
+            return self._node_id
         return self._me.node_id if self._me is not None else leader
+
+    def offset_store(self, data_dir: Path) -> OffsetStore:
+        return OffsetStore(Path(data_dir) / "__consumer_offsets")
+
+    def remote_log_metadata(self, data_dir: Path) -> RemoteLogMetadataStore:
+        return RemoteLogMetadataStore(Path(data_dir))  # <data_dir>/__remote_log_metadata, as always
 
     def is_controller(self) -> bool:
         return True

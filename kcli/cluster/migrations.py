@@ -31,6 +31,52 @@ STEPS: list[tuple[int, list[str]]] = [
                registered_at timestamptz NOT NULL DEFAULT now(),
                lease_expires_at timestamptz NOT NULL)""",
     ]),
+    # Consumer-group offsets (kcli/cluster/pg_offsets.py): new tables, so no lock on live ones.
+    (2, [
+        """CREATE TABLE IF NOT EXISTS consumer_groups (
+               group_id text PRIMARY KEY,
+               protocol_type text,
+               coordinator_node integer NOT NULL,
+               claim uuid NOT NULL,
+               claimed_at timestamptz NOT NULL DEFAULT now())""",
+        """CREATE TABLE IF NOT EXISTS consumer_offsets (
+               group_id text NOT NULL,
+               topic text NOT NULL,
+               partition integer NOT NULL,
+               committed_offset bigint NOT NULL,
+               leader_epoch integer NOT NULL DEFAULT -1,
+               metadata text NOT NULL DEFAULT '',
+               commit_timestamp_ms bigint NOT NULL,
+               expire_timestamp_ms bigint,
+               PRIMARY KEY (group_id, topic, partition))""",
+        "CREATE INDEX IF NOT EXISTS consumer_offsets_by_topic ON consumer_offsets (topic)",
+        """CREATE TABLE IF NOT EXISTS consumer_offsets_topic_deletions (
+               topic_id uuid PRIMARY KEY,
+               topic text NOT NULL,
+               deleted_at timestamptz NOT NULL DEFAULT now())""",
+    ]),
+    # Remote log segment metadata of tiered topics (kcli/cluster/pg_remote_log.py): new tables.
+    (3, [
+        "CREATE SEQUENCE IF NOT EXISTS remote_log_segments_version",
+        """CREATE TABLE IF NOT EXISTS remote_log_segments (
+               segment_id uuid PRIMARY KEY,
+               topic_id uuid NOT NULL,
+               partition integer NOT NULL,
+               start_offset bigint NOT NULL,
+               end_offset bigint NOT NULL,
+               state text NOT NULL,
+               broker_id integer NOT NULL,
+               metadata jsonb NOT NULL,
+               version bigint NOT NULL,
+               updated_at timestamptz NOT NULL DEFAULT now())""",
+        "CREATE INDEX IF NOT EXISTS remote_log_segments_by_version ON remote_log_segments (version)",
+        """CREATE TABLE IF NOT EXISTS remote_log_partition_stops (
+               topic_id uuid NOT NULL,
+               partition integer NOT NULL,
+               tiered_epoch integer NOT NULL,
+               stopped_at timestamptz NOT NULL DEFAULT now(),
+               PRIMARY KEY (topic_id, partition, tiered_epoch))""",
+    ]),
 ]
 LATEST = STEPS[-1][0]
 

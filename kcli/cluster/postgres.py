@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -43,6 +44,8 @@ from kcli.broker.metadata_log import (
 )
 from kcli.cluster.conflicts import check_conflicts
 from kcli.cluster.migrations import migrate
+from kcli.cluster.pg_offsets import PostgresOffsetStore
+from kcli.cluster.pg_remote_log import PgRemoteLogMetadataStore
 from kcli.cluster.state import (
     BrokerRegistration,
     ClusterStoreError,
@@ -380,6 +383,16 @@ class PostgresClusterStore:
 
     def partition_host(self, leader: int) -> int:
         return leader
+
+    def offset_store(self, data_dir: Path) -> PostgresOffsetStore:
+        """Committed offsets in this database, over connections of their own (commits never
+        queue behind metadata work); ``data_dir`` holds none of them."""
+        return PostgresOffsetStore(self.url, self.node_id, label=redact(self.url), connect_kwargs=self._kwargs("offsets"),
+                                   timeout_s=self.settings.connect_timeout_s)
+
+    def remote_log_metadata(self, data_dir: Path) -> PgRemoteLogMetadataStore:
+        """Remote segment metadata in this database, over this store's pool; ``data_dir`` holds none."""
+        return PgRemoteLogMetadataStore(self._conn)
 
     # ---- controller ------------------------------------------------------------------------
     def elect(self) -> bool:

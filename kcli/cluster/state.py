@@ -9,9 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 import uuid
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kcli.broker.metadata_log import ClusterState
+
+if TYPE_CHECKING:
+    from kcli.broker.groups import CommittedOffsetStore
+    from kcli.tiered.metadata import RemoteLogMetadata
 
 # Called with records after they were applied to the state, whether this broker appended them or
 # learned them from another broker: the broker's one path for acting on metadata changes.
@@ -58,9 +63,9 @@ class ClusterStateStore(Protocol):
     """What the broker needs from shared cluster state."""
 
     state: ClusterState
-    # True when no other broker can apply these records (the local metadata log). Classic and
-    # tiered partitions live in one broker's data dir, so until partitions are hosted by one
-    # broker of a cluster, only such a store may create them (docs/cluster.md).
+    # True when no other broker can apply these records (the local metadata log): then what a
+    # broker keeps in its data dir (e.g. tiered segments in <data_dir>/objects) is not lost to
+    # the others, which a cluster must refuse (kcli.tiered.store.check_shared).
     single_broker: bool
 
     def open(self) -> ClusterState:
@@ -98,6 +103,16 @@ class ClusterStateStore(Protocol):
         """The node that holds the log of a classic partition whose PartitionRecord names
         ``leader``: that broker in a cluster; this broker alone holds every log of a single-node
         data dir, whatever node.id it ran with when the topic was made."""
+
+    def offset_store(self, data_dir: Path) -> CommittedOffsetStore:
+        """Where the group coordinator keeps committed offsets (not opened yet): the data dir's
+        offsets log on one broker, the shared database in a cluster, so that no commit is lost
+        with a broker's disk (:class:`kcli.broker.groups.CommittedOffsetStore`)."""
+
+    def remote_log_metadata(self, data_dir: Path) -> RemoteLogMetadata:
+        """The remote log segment metadata of tiered topics (the RLMM; not opened yet): the data
+        dir's event file on one broker, the shared database in a cluster, so that no tiered
+        segment is lost with a broker's disk (:class:`kcli.tiered.metadata.RemoteLogMetadata`)."""
 
     def is_controller(self) -> bool:
         """Whether this broker is the one that makes background decisions now."""

@@ -1,8 +1,11 @@
-"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch, List/Describe/DeleteGroups.
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch/Delete,
+List/Describe/DeleteGroups.
 
 These only translate between kio request entities / response dicts and
-:class:`kcli.broker.groups.GroupCoordinator`, which owns the state machine. Field names are
-those of each API's newest version; the codec drops what an older version lacks.
+:class:`kcli.broker.groups.GroupCoordinator`, which owns the state machine. Every group
+operation first asks :meth:`GroupCoordinator.route` whether this broker coordinates the group
+(in a cluster another broker may: NOT_COORDINATOR, and the client asks FindCoordinator again).
+Field names are those of each API's newest version; the codec drops what an older version lacks.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ def _coordinator(ctx: RequestContext) -> g.GroupCoordinator | None:
     if coord is None or not coord.active:
         return None
     return coord
+
+
+async def _route(coord: g.GroupCoordinator | None, group_id: str) -> int:
+    """NONE when ``coord`` coordinates ``group_id`` here, else the error code to answer with."""
+    if coord is None:
+        return g.COORDINATOR_NOT_AVAILABLE
+    return await coord.route(group_id)
 
 
 def _ms(value: Any) -> int:
@@ -50,11 +60,20 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             return {"key": key, "error_code": INVALID_REQUEST, "error_message": f"Invalid key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        if key_type == KEY_TYPE_GROUP and _coordinator(ctx) is None:
-            return {"key": key, "error_code": g.COORDINATOR_NOT_AVAILABLE,
-                    "error_message": "The coordinator is not available.", "node_id": -1, "host": "", "port": -1}
-        return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": b.node_id,
-                "host": b.advertised_host, "port": b.advertised_port}
+        unavailable = {"key": key, "error_code": g.COORDINATOR_NOT_AVAILABLE,
+                       "error_message": "The coordinator is not available.", "node_id": -1, "host": "", "port": -1}
+        node, host, port = b.node_id, b.advertised_host, b.advertised_port
+        if key_type == KEY_TYPE_GROUP:
+            coord = _coordinator(ctx)
+            if coord is None:
+                return unavailable
+            node = coord.coordinator_of(key)
+            if node != b.node_id:  # another live broker coordinates this group
+                reg = next((r for r in b.metadata.live_brokers() if r.node_id == node), None)
+                if reg is None:
+                    return unavailable
+                host, port = reg.host, reg.port
+        return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": node, "host": host, "port": port}
 
     if ctx.api_version >= 4:
         return {"throttle_time": 0, "coordinators": [answer(k) for k in req.coordinator_keys]}
@@ -71,8 +90,9 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.api_version
     coord = _coordinator(ctx)
-    if coord is None:
-        result = g.JoinResult(error=g.COORDINATOR_NOT_AVAILABLE, member_id=req.member_id)
+    err = await _route(coord, req.group_id)
+    if err != g.NONE or coord is None:
+        result = g.JoinResult(error=err, member_id=req.member_id)
     else:
         session_ms = _ms(req.session_timeout)
         result = await coord.join_group(g.JoinRequest(
@@ -110,8 +130,9 @@ async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handler(api_key=14, name="SyncGroup", min_version=0, max_version=5)
 async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    if coord is None:
-        result = g.SyncResult(error=g.COORDINATOR_NOT_AVAILABLE)
+    err = await _route(coord, req.group_id)
+    if err != g.NONE or coord is None:
+        result = g.SyncResult(error=err)
     else:
         result = await coord.sync_group(
             req.group_id, int(req.generation_id), req.member_id, getattr(req, "group_instance_id", None),
@@ -125,9 +146,8 @@ async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handler(api_key=12, name="Heartbeat", min_version=0, max_version=4)
 async def heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    if coord is None:
-        code = g.COORDINATOR_NOT_AVAILABLE
-    else:
+    code = await _route(coord, req.group_id)
+    if code == g.NONE and coord is not None:
         code = coord.heartbeat(req.group_id, int(req.generation_id), req.member_id,
                                getattr(req, "group_instance_id", None))
     return {"throttle_time": 0, "error_code": code}
@@ -141,9 +161,9 @@ async def leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     else:
         leaving = [(req.member_id, None)]
     coord = _coordinator(ctx)
-    if coord is None:
-        top, members = g.COORDINATOR_NOT_AVAILABLE, []
-    else:
+    top = await _route(coord, req.group_id)
+    members: list[tuple[str, str | None, int]] = []
+    if top == g.NONE and coord is not None:
         top, members = coord.leave_group(req.group_id, leaving)
     if v < 3 and top == g.NONE and members:
         top = members[0][2]  # single-member versions carry the member's error at the top
@@ -158,6 +178,7 @@ async def leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handler(api_key=8, name="OffsetCommit", min_version=2, max_version=8)
 async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    routed = await _route(coord, req.group_id)
     codes: dict[tuple[str, int], int] = {}
     wanted: dict[tuple[str, int], g.OffsetAndMetadata] = {}
     order: list[tuple[str, int]] = []
@@ -166,8 +187,8 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
             order.append(tp)
-            if coord is None:
-                codes[tp] = g.COORDINATOR_NOT_AVAILABLE
+            if coord is None or routed != g.NONE:
+                codes[tp] = routed if routed != g.NONE else g.COORDINATOR_NOT_AVAILABLE
             elif not exists:
                 codes[tp] = g.UNKNOWN_TOPIC_OR_PARTITION
             else:
@@ -187,13 +208,13 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
 
 
-def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: Any,
-                 version: int) -> tuple[int, list[dict[str, Any]]]:
+async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: Any,
+                       version: int) -> tuple[int, list[dict[str, Any]]]:
     """One group's OffsetFetch answer: (group error, topics list)."""
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-    if coord is None:
-        err, found = g.COORDINATOR_NOT_AVAILABLE, {}
-    else:
+    err = await _route(coord, group_id)
+    found: dict[tuple[str, int], g.OffsetAndMetadata | None] = {}
+    if err == g.NONE and coord is not None:
         err, found = coord.fetch_offsets(group_id, requested)
     if err != g.NONE and version >= 2:
         return err, []  # v2+ carry a group-level error and no partitions
@@ -216,10 +237,10 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if ctx.api_version >= 8:
         out = []
         for grp in req.groups:
-            err, topics = _fetch_group(coord, grp.group_id, grp.topics, ctx.api_version)
+            err, topics = await _fetch_group(coord, grp.group_id, grp.topics, ctx.api_version)
             out.append({"group_id": grp.group_id, "topics": topics, "error_code": err})
         return {"throttle_time": 0, "groups": out}
-    err, topics = _fetch_group(coord, req.group_id, req.topics, ctx.api_version)
+    err, topics = await _fetch_group(coord, req.group_id, req.topics, ctx.api_version)
     return {"throttle_time": 0, "topics": topics, "error_code": err}
 
 
@@ -232,9 +253,12 @@ async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if coord is None:
         return {"throttle_time": 0, "error_code": g.COORDINATOR_NOT_AVAILABLE, "groups": []}
     states = list(getattr(req, "states_filter", ()) or ())
+    try:  # the groups this broker coordinates, as Kafka lists those of its offsets partitions
+        listed = await coord.list_coordinated_groups(states or None)
+    except g.OffsetStoreError as err:
+        return {"throttle_time": 0, "error_code": err.error_code, "groups": []}
     return {"throttle_time": 0, "error_code": g.NONE,
-            "groups": [{"group_id": gid, "protocol_type": pt, "group_state": st}
-                       for gid, pt, st in coord.list_groups(states or None)]}
+            "groups": [{"group_id": gid, "protocol_type": pt, "group_state": st} for gid, pt, st in listed]}
 
 
 @handler(api_key=15, name="DescribeGroups", min_version=0, max_version=5)
@@ -243,8 +267,9 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     with_ops = bool(getattr(req, "include_authorized_operations", False))
     out = []
     for gid in req.groups:
-        if coord is None:
-            d: dict[str, Any] = {"group_id": gid, "error_code": g.COORDINATOR_NOT_AVAILABLE, "group_state": "",
+        err = await _route(coord, gid)
+        if err != g.NONE or coord is None:
+            d: dict[str, Any] = {"group_id": gid, "error_code": err, "group_state": "",
                                  "protocol_type": "", "protocol_data": "", "members": []}
         else:
             d = coord.describe_group(gid)
@@ -259,8 +284,29 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     names = list(req.groups_names)
-    if coord is None:
-        codes = {gid: g.COORDINATOR_NOT_AVAILABLE for gid in names}
-    else:
-        codes = await coord.delete_groups(names)
+    codes: dict[str, int] = {}
+    for gid in names:
+        err = await _route(coord, gid)
+        if err != g.NONE or coord is None:
+            codes[gid] = err
+        else:
+            codes.update(await coord.delete_groups([gid]))
     return {"throttle_time": 0, "results": [{"group_id": gid, "error_code": codes[gid]} for gid in names]}
+
+
+@handler(api_key=47, name="OffsetDelete", min_version=0, max_version=0)
+async def offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    top = await _route(coord, req.group_id)
+    codes: dict[tuple[str, int], int] = {}
+    if top == g.NONE and coord is not None:
+        known = [(t.name, int(p.partition_index)) for t in req.topics if ctx.broker.topic_exists(t.name)
+                 for p in t.partitions]
+        top, codes = coord.delete_offsets(req.group_id, known)
+    if top != g.NONE:
+        return {"throttle_time": 0, "error_code": top, "topics": []}
+    return {"throttle_time": 0, "error_code": g.NONE,
+            "topics": [{"name": t.name, "partitions": [
+                {"partition_index": int(p.partition_index),
+                 "error_code": codes.get((t.name, int(p.partition_index)), g.UNKNOWN_TOPIC_OR_PARTITION)}
+                for p in t.partitions]} for t in req.topics]}
