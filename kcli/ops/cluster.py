@@ -42,8 +42,8 @@ DATABASE = "kcli"
 HOST = "127.0.0.1"
 DEFAULT_BROKERS = 3
 DEFAULT_RACKS = ("a", "b", "c")
-# Each broker keeps ~10 PostgreSQL sessions (metadata and coordinator pools, LISTEN, controller
-# lock); the server allows 200.
+# Each broker keeps up to 12 PostgreSQL sessions (metadata pool 4, coordinator pool 4, offsets
+# pool 2, LISTEN, controller lock); the server allows 200.
 MAX_BROKERS = 16
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
