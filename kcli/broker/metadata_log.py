@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
+from kcli.broker.scram import ScramCredential, check_credential_record
 from kcli.crcjson import decode_line, encode_line
 from kcli.protocol.errors import BrokerError
 
@@ -61,6 +62,10 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "TopicTieredStateRecord": {"topicId": _STR, "tieredEpoch": _INT, "tieredState": _STR},
     "RemoveTopicRecord": {"topicId": _STR},
     "ProducerIdsRecord": {"nextProducerId": _INT},
+    # KRaft's SCRAM records; salt and keys as base64 (kcli/broker/scram.py)
+    "UserScramCredentialRecord": {"name": _STR, "mechanism": _INT, "salt": _STR, "storedKey": _STR,
+                                  "serverKey": _STR, "iterations": _INT},
+    "RemoveUserScramCredentialRecord": {"name": _STR, "mechanism": _INT},
 }
 
 
@@ -87,6 +92,11 @@ def check_record(rec: Any) -> None:
         raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"TopicRecord has an illegal topic name {d['name']!r}")
     if kind == "ConfigRecord":
         _check_config(d)
+    if kind in ("UserScramCredentialRecord", "RemoveUserScramCredentialRecord"):
+        try:
+            check_credential_record(kind, d)
+        except ValueError as err:
+            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, str(err)) from None
 
 
 def _check_config(d: dict[str, Any]) -> None:
@@ -144,6 +154,11 @@ class ClusterState:
     topics: dict[str, TopicState] = field(default_factory=dict)
     broker_configs: dict[str, str] = field(default_factory=dict)
     next_producer_id: int = 1000
+    # SCRAM credentials: user name -> mechanism type (1 SHA-256, 2 SHA-512) -> credential
+    scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
+
+    def scram_credential(self, user: str, mechanism_type: int) -> ScramCredential | None:
+        return self.scram_credentials.get(user, {}).get(mechanism_type)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
         for t in self.topics.values():
@@ -208,6 +223,14 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
             del state.topics[t.name]
     elif kind == "ProducerIdsRecord":
         state.next_producer_id = d["nextProducerId"]
+    elif kind == "UserScramCredentialRecord":
+        state.scram_credentials.setdefault(d["name"], {})[d["mechanism"]] = ScramCredential.from_record_data(d)
+    elif kind == "RemoveUserScramCredentialRecord":
+        # Tolerant of a credential already gone: two brokers of a cluster may remove it concurrently.
+        creds = state.scram_credentials.get(d["name"], {})
+        creds.pop(d["mechanism"], None)
+        if not creds:
+            state.scram_credentials.pop(d["name"], None)
     else:
         raise MetadataLogError(f"unknown metadata record type {kind}")
 

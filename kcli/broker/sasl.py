@@ -8,7 +8,8 @@ The users file is one ``name:secret`` line per user (``#`` comments allowed)::
     bob:pbkdf2-sha256$600000$<salt, base64>$<hash, base64>
 
 Operators create lines with ``kcli broker users add``; the broker re-reads the file when it
-changes, so adding or removing a user needs no restart.
+changes, so adding or removing a user needs no restart. SCRAM (kcli/broker/scram.py) keeps its
+credentials in the cluster metadata instead; :class:`ListenerSasl` says which mechanisms are on.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kcli.broker.configs import ConfigError
 
 log = logging.getLogger("kcli.broker.sasl")
 
-SUPPORTED_MECHANISMS = ("PLAIN",)
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # SCRAM: kcli/broker/scram.py
 SCRYPT_DEFAULTS = (2**14, 8, 1)  # N, r, p: ~16 MiB and ~0.1 s per check on a small VM
 PBKDF2_DEFAULT_ITERATIONS = 600_000
 SCHEMES = ("scrypt", "pbkdf2-sha256")
@@ -295,8 +296,23 @@ def enabled_mechanisms(config: Any) -> list[str]:
     return [m.strip().upper() for m in config.get("sasl.enabled.mechanisms") if m.strip()]
 
 
-def authenticator_from_config(config: Any) -> PlainAuthenticator | None:
-    """The listener's authenticator, or None when SASL is off; bad settings raise ConfigError."""
+@dataclass
+class ListenerSasl:
+    """The listener's SASL setup: the enabled mechanisms, and the PLAIN users file check when PLAIN
+    is one of them. SCRAM needs nothing here: its credentials live in the cluster metadata."""
+
+    mechanisms: list[str]
+    plain: PlainAuthenticator | None
+
+    def authenticate(self, token: bytes) -> str:
+        """A PLAIN token's user name (see :meth:`PlainAuthenticator.authenticate`)."""
+        if self.plain is None:
+            raise SaslAuthenticationFailed("Authentication failed: PLAIN is not enabled")
+        return self.plain.authenticate(token)
+
+
+def authenticator_from_config(config: Any) -> ListenerSasl | None:
+    """The listener's SASL setup, or None when SASL is off; bad settings raise ConfigError."""
     mechanisms = enabled_mechanisms(config)
     users_file = config.get_str("sasl.plain.users.file")
     unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
@@ -308,9 +324,14 @@ def authenticator_from_config(config: Any) -> PlainAuthenticator | None:
             raise ConfigError("sasl.plain.users.file is set but sasl.enabled.mechanisms is empty: "
                               "set sasl.enabled.mechanisms=PLAIN to require authentication")
         return None
+    if "PLAIN" not in mechanisms:
+        if users_file:
+            raise ConfigError("sasl.plain.users.file is set but PLAIN is not in sasl.enabled.mechanisms "
+                              f"({','.join(mechanisms)}): add PLAIN or drop the users file")
+        return ListenerSasl(mechanisms, None)
     if not users_file:
         raise ConfigError("sasl.enabled.mechanisms=PLAIN needs sasl.plain.users.file (create it with `kcli broker users add`)")
     auth = PlainAuthenticator(Path(users_file).expanduser())
     if not auth.usernames:
         raise UsersFileError(f"SASL users file {users_file} has no users: no client could connect")
-    return auth
+    return ListenerSasl(mechanisms, auth)

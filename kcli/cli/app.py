@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "kcli.cli.topics",
     "kcli.cli.clients",
     "kcli.cli.broker_cmd",
+    "kcli.cli.cluster_cmd",
+    "kcli.cli.scram_users_cmd",
     "kcli.cli.dumplog",
     "kcli.cli.diskless_cmd",
     "kcli.cli.runbook_cmd",
