@@ -13,6 +13,9 @@ Points (docs/reliability.md):
 - ``log.roll``: classic log roll, after the old segment is closed, before the new one exists
   (blocks the event loop, like the roll itself);
 - ``diskless.commit``: inside the batch coordinator's commit transaction, before COMMIT;
+- ``log.cleaner.cleaned``: the log cleaner wrote and fsynced ``<base>.log.cleaned``, before the
+  swap (in the cleaner's worker thread); ``log.cleaner.swap``: the cleaned segment was renamed to
+  ``.swap`` (the commit point), before the old segments are deleted (holds the log's lock);
 - ``objectstore.upload.<first key component>`` (``.wal``, ``.tiered``): halfway through an
   upload's bytes; passed by :class:`plugins.objectstore.faulty.FaultyObjectStorage` only.
 
@@ -32,7 +35,7 @@ import time
 
 from kcli.broker.configs import ConfigError
 
-POINTS = ("log.roll", "diskless.commit")
+POINTS = ("log.roll", "diskless.commit", "log.cleaner.cleaned", "log.cleaner.swap")
 PREFIXED_POINTS = ("objectstore.upload.",)
 _SETTING = re.compile(r"^(?P<point>[a-z0-9._-]+)\.pause\.ms$")
 

@@ -190,6 +190,7 @@ class Broker:
         self.diskless: Any = None
         self.tiered: Any = None
         self.partition_reducer: Any = None
+        self.log_cleaner: Any = None  # kcli/broker/log_cleaner.py: compaction of classic logs
         self.server: Any = None
         self.stopping = False
         from kcli.broker.sasl import authenticator_from_config
@@ -299,6 +300,7 @@ class Broker:
         ("diskless", "kcli.diskless.engine:DisklessEngine", "diskless.system.enable"),
         ("tiered", "kcli.tiered.manager:RemoteLogManager", "remote.log.storage.system.enable"),
         ("partition_reducer", "kcli.broker.partition_reducer:PartitionReducer", None),
+        ("log_cleaner", "kcli.broker.log_cleaner:LogCleanerExtension", None),  # log.cleaner.enable gates its passes
     )
 
     def _attach_extensions(self) -> None:
@@ -341,14 +343,17 @@ class Broker:
                               self.partition_dir(t.name, p.partition), getattr(err, "strerror", None) or err)
         remove_clean_shutdown_marker(self.data_dir)
         self._logs_loaded = all_opened  # a partition never recovered must not be called clean at close
-        self.groups = GroupCoordinator(self.data_dir, self.config.get_int)
+        # Offsets in the shared state (data dir or cluster database); each group coordinated by
+        # one live broker (kcli/broker/groups.py).
+        self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
+                                       node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
         for hook in self.extensions:
             await hook.start()
 
     @property
     def extensions(self) -> list[Any]:
-        return [x for x in (self.diskless, self.tiered, self.partition_reducer) if x is not None]
+        return [x for x in (self.diskless, self.tiered, self.partition_reducer, self.log_cleaner) if x is not None]
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -473,9 +478,6 @@ class Broker:
             except ConfigError as err:
                 raise BrokerError(INVALID_CONFIG, str(err)) from None
             out[name] = format_value(d, value) or ""
-        policy = out.get("cleanup.policy")
-        if policy is not None and "compact" in policy.split(","):
-            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported by kcli's broker yet; use delete")
         if not creating and "diskless.enable" in out:
             raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
         diskless = out.get("diskless.enable") == "true" if creating else (topic is not None and self.is_diskless(topic))
@@ -489,7 +491,23 @@ class Broker:
                 raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
             if not self.config.get_bool("remote.log.storage.system.enable"):
                 raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+        self._check_compaction(out, diskless, topic)
         return out
+
+    def _check_compaction(self, out: dict[str, str], diskless: bool, topic: TopicState | None) -> None:
+        """cleanup.policy=compact (kcli/storage/cleaner.py) is for classic topics: refused on
+        diskless topics for now, and with remote storage as Kafka refuses it."""
+        old = topic.configs if topic is not None else {}
+        policy = out.get("cleanup.policy", old.get("cleanup.policy"))
+        if policy is None:
+            policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
+        if "compact" not in policy.split(","):
+            return
+        if diskless:
+            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported on diskless topics yet "
+                                              "(kcli compacts classic topics only); use delete")
+        if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
+            raise BrokerError(INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None], *, validate_only: bool = False,
@@ -521,11 +539,6 @@ class Broker:
             placement = self._place(topic_id, range(num_partitions), replication_factor)
         if replication_factor > 1 and not diskless:
             raise BrokerError(INVALID_REPLICATION_FACTOR, CLASSIC_REPLICATION_REFUSED)
-        if clean.get("remote.storage.enable") == "true" and not self.metadata.single_broker:
-            # A tiered partition's remote log metadata lives in its host's data dir
-            # (kcli/tiered/metadata.py) until it moves to the shared state (docs/cluster.md).
-            raise BrokerError(INVALID_REQUEST, "tiered topics are not available in cluster mode yet (remote log "
-                                               "metadata is not shared); create a classic or diskless topic")
         if validate_only:
             return None
         if diskless:
@@ -607,7 +620,7 @@ class Broker:
         for hook in self.extensions:
             hook.topic_deleted(t)
         if self.groups is not None:
-            self.groups.delete_topic_offsets(t.name)
+            self.groups.delete_topic_offsets(t.name, t.topic_id)
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         t = self.state.topics.get(name)

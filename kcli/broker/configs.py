@@ -118,6 +118,11 @@ def non_empty(inner: Validator) -> Validator:
 
 
 _CLEANUP = non_empty(one_of("delete", "compact"))
+
+
+def _ratio(name: str, value: Any) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be between 0 and 1")
 _TS_TYPE = one_of("CreateTime", "LogAppendTime")
 _COMPRESSION = one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _DISABLE_POLICY = one_of("retain", "delete")
@@ -145,7 +150,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("delete.retention.ms", "long", 86400000, "", at_least(0), "log.cleaner.delete.retention.ms"),
     ConfigDef("min.compaction.lag.ms", "long", 0, "", at_least(0), "log.cleaner.min.compaction.lag.ms"),
     ConfigDef("max.compaction.lag.ms", "long", 9223372036854775807, "", at_least(1), "log.cleaner.max.compaction.lag.ms"),
-    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, "", None, "log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, "Clean when dirty bytes / cleanable bytes reach this (compact).", _ratio, "log.cleaner.min.cleanable.ratio"),
     ConfigDef("preallocate", "boolean", False, "", None, "log.preallocate"),
     ConfigDef("message.downconversion.enable", "boolean", True, "", None, "log.message.downconversion.enable"),
     ConfigDef("follower.replication.throttled.replicas", "list", [], ""),
@@ -200,7 +205,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, ""),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, ""),
     ConfigDef("log.cleaner.max.compaction.lag.ms", "long", 9223372036854775807, ""),
-    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, ""),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, "", _ratio),
+    ConfigDef("log.cleaner.enable", "boolean", True, "Run the log cleaner for topics with cleanup.policy=compact.", read_only=True),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, "How long the cleaner sleeps between rounds.", at_least(0), read_only=True),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's key -> offset map (a key costs its length + 120 bytes).", at_least(1024 * 1024), read_only=True),
     ConfigDef("log.preallocate", "boolean", False, ""),
     ConfigDef("log.message.downconversion.enable", "boolean", True, ""),
     ConfigDef("log.message.timestamp.difference.max.ms", "long", 9223372036854775807, ""),
@@ -239,7 +247,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("diskless.fetch.cache.max.bytes", "long", 67108864, "Object-range cache for diskless fetches.", at_least(0)),
     ConfigDef("diskless.retention.check.interval.ms", "long", 60000, "How often diskless retention runs.", at_least(1)),
     # Security
-    ConfigDef("sasl.enabled.mechanisms", "list", [], "PLAIN enables SASL/PLAIN on the listener."),
+    ConfigDef("sasl.enabled.mechanisms", "list", [], "SASL mechanisms the listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication.", at_least(1)),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, "Delay before answering a failed authentication.", at_least(0)),

@@ -249,6 +249,8 @@ class PartitionReducer(BrokerExtension):
             size_fn = getattr(b.diskless, "partition_size_bytes", None)
             return int(size_fn(t, p)) if size_fn is not None else -1
         lg = b.get_log(t.name, p)
+        if lg is None and not self._deletes_here(t, p):
+            return -1  # another broker of the cluster holds the log: only it can tell
         size = lg.size_in_bytes if lg is not None else 0
         remote_fn = getattr(b.tiered, "remote_size_bytes", None) if b.tiered is not None else None
         if remote_fn is not None:
@@ -283,10 +285,19 @@ class PartitionReducer(BrokerExtension):
         self.broker.metrics.inc("partitions.marked_read_only", len(parts))
         log.info("partitions %s of %s are read-only; data deleted at %s", parts, name, format_ms(delete_at))
         if delay_ms == 0:
-            await self._delete_now(t, parts)
+            # In a cluster a classic partition's log is deleted by its host (here, or in the
+            # host's next deletion round): those stay ReadOnly until then.
+            here = [p for p in parts if self._deletes_here(t, p)]
+            await self._delete_now(t, here)
             for o in outcomes:
-                o.mode = MODE_NONE
+                if o.partition in here:
+                    o.mode = MODE_NONE
         return outcomes
+
+    def _deletes_here(self, t: "TopicState", partition: int) -> bool:
+        b = self.broker
+        p = t.partitions.get(partition)
+        return b.is_diskless(t) or p is None or b.hosts(p)
 
     async def run_due(self, at_ms: int | None = None) -> int:
         """Delete every ReadOnly partition whose delete time has passed; returns how many.

@@ -92,15 +92,24 @@ def cluster_options(cluster: str | None, node_id: str | None, rack: str | None) 
 
 
 @broker_app.command("metrics")
-def metrics(ctx: typer.Context) -> None:
-    """Show a running broker's counters, latencies (P50/P99) and gauges: diskless uploads,
+def metrics(
+    ctx: typer.Context,
+    node_id: Optional[int] = typer.Option(None, "--node-id", min=0, help="Only this broker of the cluster (default: every live broker)."),
+) -> None:
+    """Show running brokers' counters, latencies (P50/P99) and gauges: diskless uploads,
     commits, reads (GETs per Fetch), cache and garbage collection.
 
+    Against a cluster (a bootstrap list) every live broker is shown,
+    each under its own heading (-o json: a list, one document per broker);
+    --node-id picks one.
+
     Example: kcli broker metrics -b 127.0.0.1:9092 -o json
+
+    Example: kcli broker metrics -b host1:9092,host2:9092,host3:9092 --node-id 2
     """
     from kcli.cli.broker_metrics import run
 
-    run(options(ctx))
+    run(options(ctx), node_id)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,10 +1,11 @@
 """`kcli diskless describe|objects|verify|gc`: Kafka's kafka-diskless-metadata, plus integrity
 checks and garbage collection of WAL objects.
 
-Online (default) the broker answers over kcli's admin API; with ``--coordinator sqlite:///…``
-the tools read a coordinator database directly (a stopped broker's
-``<data_dir>/diskless/coordinator.db``) and, for verify/gc, the object store (``--object-store``,
-default ``file://<dir of the db>/../objects``). Offline verify and gc run on the local engine or
+Online (default) the broker answers over kcli's admin API (in a cluster: the controller, see
+kcli/ops/brokers.py); with ``--coordinator sqlite:///…`` or ``postgresql://…`` the tools read a
+coordinator database directly (a stopped broker's ``<data_dir>/diskless/coordinator.db``, or a
+cluster's database) and, for verify/gc, the object store (``--object-store``, default
+``file://<dir of the db>/../objects`` for SQLite). Offline verify and gc run on the local engine or
 on Spark (``--engine``). Documented in docs/diskless-metadata.md.
 """
 
@@ -38,7 +39,8 @@ class EngineOption(str, Enum):
 COORDINATOR_HELP = ("Read this batch coordinator instead of asking a broker: sqlite:///path/to/coordinator.db"
                     " or postgresql://user@host:port/database.")
 OBJECT_STORE_HELP = ("With --coordinator: the object store, file:///dir or s3://bucket/prefix "
-                     "(default: file://<dir of the database>/../objects, if it exists).")
+                     "(default for sqlite://: file://<dir of the database>/../objects, if it exists; "
+                     "required for postgresql://).")
 ENGINE_HELP = "With --coordinator: scan here (local), on PySpark (spark), or pick by size (auto)."
 MASTER_HELP = "Spark master URL for --engine spark/auto (default local[*])."
 OUTPUT_HELP = "Output format (overrides the global -o)."
@@ -84,7 +86,7 @@ def _run(opts: GlobalOptions, offline: Any, action: Callable[[Any], Any]) -> Any
     with connect(opts) as conn:
         if opts.verbose:
             sys.stderr.write("kcli: online: the broker computes the result (kcli admin API)\n")
-        return action(ops.OnlineDiskless(conn.bootstrap))
+        return action(ops.OnlineDiskless(conn))
 
 
 def _render(opts: GlobalOptions, data: Any, table: Callable[[], None]) -> None:
@@ -124,6 +126,8 @@ def describe(
     Example: kcli diskless describe --topic orders
 
     Example: kcli diskless describe --coordinator sqlite:///var/lib/kcli/diskless/coordinator.db -o json
+
+    Example: kcli -b host1:9092,host2:9092,host3:9092 diskless describe --topic orders
     """
     opts = _opts(ctx, output)
     data = _run(opts, _source(opts, coordinator), lambda src: src.describe(topic or None))
@@ -229,6 +233,8 @@ def verify(
     Example: kcli diskless verify
 
     Example: kcli diskless verify --coordinator sqlite:///data/diskless/coordinator.db --engine spark
+
+    Example: kcli diskless verify --coordinator postgresql://kcli@db:5432/kcli --object-store s3://bucket/kcli
     """
     opts = _opts(ctx, output)
     offline = _source(opts, coordinator, object_store, engine, spark_master)
@@ -289,6 +295,9 @@ def gc(
     upload intent recorded by this cluster, never committed) once they are older than it.
     Unknown objects (no record at all: another cluster's, an older kcli's, copied by hand) are
     only listed, unless --unknown-objects is given. Prints counts and bytes.
+
+    Online, the request goes to the controller: in a cluster its cleaner is
+    the one deleting.
 
     Exit status: 0 ok, 1 when a deletion failed, 2 for usage errors.
 

@@ -19,7 +19,7 @@ def dump_log(
     paths: Optional[List[str]] = typer.Argument(
         None,
         metavar="PATH_OR_URI...",
-        help="Files, directories, globs, s3://bucket/key or s3://bucket/prefix/.",
+        help="Files, directories, globs, file:///dir/key, s3://bucket/key or s3://bucket/prefix/.",
         show_default=False,
     ),
     files: Optional[str] = typer.Option(None, "--files", help="Comma-separated list of files (Kafka's --files)."),
@@ -61,6 +61,8 @@ def dump_log(
     (bad CRC, truncated tail, index mismatch), 2 for usage errors.
 
     Example: kcli dump-log /var/lib/kafka/orders-0/00000000000000000000.log --deep-iteration
+
+    Example: kcli dump-log file:///shared/objects/wal/ --coordinator postgresql://kcli@db:5432/kcli
     """
     from kcli.dumplog import DumpOptions, dump_file
     from kcli.dumplog.dump import default_jobs
@@ -75,6 +77,7 @@ def dump_log(
     args = list(paths or [])
     if files:
         args += [f.strip() for f in files.split(",") if f.strip()]
+    args = [local_path(a) for a in args]
     if not args:
         raise UsageError("give at least one PATH_OR_URI (or --files a,b)")
     for flag, value in (("--key-decoder", key_decoder), ("--value-decoder", value_decoder)):
@@ -160,6 +163,19 @@ def dump_log(
     # SystemExit, not typer.Exit: app.main runs click with standalone_mode=False, which turns
     # typer.Exit into a return value that main() drops.
     raise SystemExit(1 if failed else 0)
+
+
+def local_path(arg: str) -> str:
+    """A ``file://`` URI (how ``--object-store`` names a shared store on a filesystem) as its
+    path; anything else unchanged. Only local files: ``file://otherhost/...`` is refused."""
+    if not arg.lower().startswith("file:"):
+        return arg
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(arg)
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise UsageError(f"{arg!r}: a file URI names a local absolute path (file:///dir/key)")
+    return unquote(parts.path)
 
 
 def _stderr(text: str) -> None:

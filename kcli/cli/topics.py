@@ -88,7 +88,13 @@ def describe(
 ) -> None:
     """Describe topics as kafka-topics does, plus each topic's kind.
 
+    In a cluster whose brokers have racks, partition lines add LeaderRack
+    and ReplicaRacks; Offline names replicas whose broker is down (a classic
+    partition whose host is down: Leader none).
+
     Example: kcli topics describe --topic orders -o json
+
+    Example: kcli -b host1:9092,host2:9092,host3:9092 topics describe --topic orders
     """
     opts = options(ctx)
     with connect(opts) as conn:
@@ -118,6 +124,9 @@ def alter(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before deleting partitions that hold data right away."),
 ) -> None:
     """Change a topic's configs (IncrementalAlterConfigs), add partitions, or remove partitions.
+
+    In a cluster, a removed classic partition is counted and deleted by the
+    broker hosting it.
 
     Example: kcli topics alter --topic orders --partitions 12 --config retention.ms=3600000
 
@@ -215,7 +224,9 @@ def delete(
 
 
 def description_lines(desc: ops.TopicDescription) -> list[str]:
-    """kafka-topics --describe lines in Kafka 3.x layout, with ``Kind:`` ending the topic line.
+    """kafka-topics --describe lines in Kafka 3.x layout, with ``Kind:`` ending the topic line;
+    in a cluster with racks, partition lines add ``LeaderRack:``/``ReplicaRacks:``, and
+    ``Offline:`` names replicas whose broker is down.
 
     Kafka 4.x appends ``Elr:``/``LastKnownElr:`` to partition lines (KIP-966); kcli leaves them
     out: confluent-kafka does not expose ELR, and a single-node cluster never has one.
@@ -229,10 +240,18 @@ def description_lines(desc: ops.TopicDescription) -> list[str]:
     if desc.tiered_state is not None:
         head += f"\tTieredState: {desc.tiered_state}\tTieredEpoch: {desc.tiered_epoch}"
     lines = [head]
+    racks = any(p.leader_rack is not None or any(p.replica_racks) for p in desc.partitions)
     for p in desc.partitions:
         leader = "none" if p.leader is None else str(p.leader)
         line = (f"\tTopic: {desc.topic}\tPartition: {p.partition}\tLeader: {leader}"
                 f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+        if racks:  # brokers with broker.rack (a cluster): where the leader and each replica are
+            line += (f"\tLeaderRack: {p.leader_rack or '-'}"
+                     f"\tReplicaRacks: {','.join(r or '-' for r in p.replica_racks)}")
+        if p.offline_replicas:  # replicas whose broker is down
+            line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
+        if p.dirty_ratio is not None:  # a compacted topic: what the log cleaner has still to clean
+            line += f"\tDirtyRatio: {p.dirty_ratio:.2f}"
         if p.mode != "ReadWrite":  # KIP-694: only partitions being deleted get the extra columns
             line += f"\tMode: {p.mode}\tDeleteAt: {shrink_ops.format_ms(p.delete_at_ms) or '-'}"
         lines.append(line)

@@ -5,7 +5,9 @@ Rule (documented in docs/dump-log.md):
 1. ``.log`` / ``.index`` / ``.timeindex`` / ``.txnindex`` decide by suffix, like Kafka. The base
    offset is the leading digits of the name, so classic ``00000000000000000042.log`` and
    tiered copies ``00000000000000000042-<uuid>.log`` both work. ``<base>.log.truncated-<ms>``
-   (what broker start-up recovery moved aside) is a ``.log`` too.
+   (what broker start-up recovery moved aside) is a ``.log`` too, and so are the log cleaner's
+   ``<base>.log.cleaned`` / ``<base>.log.swap`` (a cleaning interrupted before its swap ended).
+   Kafka's offset checkpoint files (``cleaner-offset-checkpoint``, ...) are recognised by name.
 2. Any other name is sniffed. A WAL segment object is a 1-byte version header and then v2 record
    batches, so:
 
@@ -29,7 +31,8 @@ from kcli.dumplog.sources import Source
 WAL_VERSION = 0
 _MIN_BATCH_LENGTH = 49  # v2 batch header (61) minus baseOffset and batchLength
 _BASE_OFFSET = re.compile(r"^(\d+)")
-_TRUNCATED_LOG = re.compile(r"\.log\.truncated-\d+$")  # kcli.storage.segment.TRUNCATED_MARK
+# kcli.storage.segment.TRUNCATED_MARK, and the log cleaner's CLEANED_SUFFIX / SWAP_SUFFIX files
+_TRUNCATED_LOG = re.compile(r"\.log\.(truncated-\d+|cleaned|swap)$")
 
 
 class Kind(str, Enum):
@@ -37,6 +40,7 @@ class Kind(str, Enum):
     INDEX = "index"
     TIMEINDEX = "timeindex"
     TXNINDEX = "txnindex"
+    CHECKPOINT = "checkpoint"  # Kafka's offset checkpoint files, e.g. the log cleaner's
     WAL = "wal"
     UNKNOWN = "unknown"
 
@@ -63,7 +67,14 @@ def base_offset_from_name(basename: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# Kafka's OffsetCheckpointFile names (``0`` / count / ``<topic> <partition> <offset>`` lines)
+CHECKPOINT_NAMES = ("cleaner-offset-checkpoint", "recovery-point-offset-checkpoint",
+                    "log-start-offset-checkpoint", "replication-offset-checkpoint")
+
+
 def by_name(basename: str) -> Kind | None:
+    if basename in CHECKPOINT_NAMES:
+        return Kind.CHECKPOINT
     if _TRUNCATED_LOG.search(basename):
         return Kind.LOG  # bytes start-up recovery moved aside: batches as in the segment they came from
     dot = basename.rfind(".")

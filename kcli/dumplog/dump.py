@@ -165,6 +165,8 @@ def dump_file(
             _dump_time_index(source, detection, options, out, result)
         elif detection.kind is Kind.TXNINDEX:
             _dump_txn_index(source, options, out, result)
+        elif detection.kind is Kind.CHECKPOINT:
+            _dump_checkpoint(source, options, out, result)
         else:
             result.errors.append(f"Ignoring unknown file {source.name}")
     except UnsupportedWalVersion as err:
@@ -660,6 +662,27 @@ def _dump_txn_index(source: Source, opts: DumpOptions, out: _Out, result: FileRe
         else:
             out.append(f"Found {trailing} invalid bytes at the end of {source.basename}\n")
         result.invalid = True
+
+
+def _dump_checkpoint(source: Source, opts: DumpOptions, out: _Out, result: FileResult) -> None:
+    """Kafka's OffsetCheckpointFile (e.g. the log cleaner's ``cleaner-offset-checkpoint``): one
+    line per partition; a malformed file is an error naming the line."""
+    data = bytes(source.view(0, source.size)) if source.size else b""
+    result.bytes_read = source.size
+    lines = data.decode(errors="replace").splitlines()
+    if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
+        result.errors.append(f"{source.name} is not a version-0 offset checkpoint file")
+        return
+    if int(lines[1]) != len(lines) - 2:
+        result.errors.append(f"{source.name} says {int(lines[1])} entries but holds {len(lines) - 2}")
+    for n, line in enumerate(lines[2:], start=3):
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].lstrip("-").isdigit() or not parts[2].lstrip("-").isdigit():
+            result.errors.append(f"{source.name} line {n} is not '<topic> <partition> <offset>': {line!r}")
+            continue
+        topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
+        _line(out, opts, f"topic: {topic} partition: {partition} offset: {offset}",
+              {"type": "checkpoint", "file": source.name, "topic": topic, "partition": partition, "offset": offset})
 
 
 def _note_no_log(source: Source, opts: DumpOptions, result: FileResult) -> None:

@@ -30,6 +30,7 @@ from kcli.errors import KafkaApiError, OperationError, UsageError
 if TYPE_CHECKING:
     from kcli.engine.progress import Progress
     from kcli.engine.select import Choice, Workload
+    from kcli.ops.connection import Connection
     from plugins.coordinator.base import BatchCoordinator
     from plugins.objectstore.base import ObjectStorage
 
@@ -76,17 +77,47 @@ def add_gc_bytes(report: dict[str, Any], marked_sizes: dict[str, int],
 
 
 class OnlineDiskless:
-    """The broker scans its own store; results are its admin API documents."""
+    """The broker scans its own store; results are its admin API documents.
+
+    Given a :class:`~kcli.ops.connection.Connection` (a bootstrap list), the requests go to the
+    cluster's controller (kcli/ops/brokers.py): in a cluster it alone runs diskless garbage
+    collection, and every broker reads the same coordinator and store. Given an address, to it."""
 
     mode = "online"
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap.split(",")[0].strip()
+    def __init__(self, target: "str | Connection") -> None:
+        self._conn = None if isinstance(target, str) else target
+        self._addresses = [target.split(",")[0].strip()] if isinstance(target, str) else None
 
-    def _call(self, key: int, doc: dict[str, Any], timeout: float = 30.0) -> Any:
+    @property
+    def bootstrap(self) -> str:
+        """The broker the requests go to first (resolved once, on first use)."""
+        return self._targets()[0]
+
+    def _targets(self) -> list[str]:
+        """The controller first, then the other live brokers (for reads, should it be gone)."""
+        if self._addresses is None:
+            from kcli.ops.brokers import cluster_view
+
+            assert self._conn is not None
+            view = cluster_view(self._conn)
+            first = view.controller()
+            self._addresses = [view.address(first)] + [view.address(b) for b in view.brokers if b != first]
+        return self._addresses
+
+    def _call(self, key: int, doc: dict[str, Any], timeout: float = 30.0, *, controller_only: bool = False) -> Any:
         from kcli.diskless import admin_api
 
-        return admin_api.call(self.bootstrap, key, doc, timeout=timeout)
+        targets = self._targets()[:1] if controller_only else self._targets()
+        for i, address in enumerate(targets):
+            try:
+                return admin_api.call(address, key, doc, timeout=timeout)
+            except KafkaApiError:
+                raise
+            except OperationError:  # unreachable (e.g. just died, lease not yet expired): the next one
+                if i == len(targets) - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
         from kcli.diskless.admin_api import DISKLESS_DESCRIBE_KEY
@@ -114,8 +145,10 @@ class OnlineDiskless:
         marked = self.objects(state="deleting")
         marked_sizes = {o["object_key"]: o["file_size"] for o in marked["objects"]}
         orphan_sizes = _listing_sizes(marked.get("storage")) if orphans or unknown_objects else {}
+        # only the controller: in a cluster its file cleaner is the one deleting objects
         report = self._call(DISKLESS_GC_KEY, {"dry_run": dry_run, "orphans": orphans,
-                                              "unknown_objects": unknown_objects}, ADMIN_TIMEOUT_S)
+                                              "unknown_objects": unknown_objects}, ADMIN_TIMEOUT_S,
+                            controller_only=True)
         return add_gc_bytes(report, marked_sizes, orphan_sizes)
 
 

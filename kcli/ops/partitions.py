@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
+from kcli.ops.brokers import first_bootstrap
 from kcli.ops.connection import Connection, admin, consumer
 from kcli.ops.partition_modes import (  # noqa: F401 - re-exported for callers of the shrink
     MODES_KEY,
@@ -39,6 +40,8 @@ KEY_SAMPLE_PER_PARTITION = 100
 
 KEYED_WARNING = ("topic '{topic}' holds keyed records: the key-to-partition mapping will change, so new "
                  "records with a key may land in a different partition than earlier ones")
+OFFLINE_WARNING = ("partition(s) {partitions} of '{topic}' are offline (their broker is down): their record "
+                   "counts are unknown, and their data is deleted when their broker is back")
 PRODUCER_NOTE = ("producers built on librdkafka 2.x (confluent-kafka and most non-Java clients) never lower a "
                  "partition count they already know: restart them after the shrink (see docs/partition-reduction.md)")
 
@@ -80,6 +83,7 @@ class ShrinkPlan:
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
     applied: bool = False
+    routing: Routing | None = field(default=None, repr=False)  # where the partitions live
 
     @property
     def delete_at_ms(self) -> int:
@@ -94,9 +98,16 @@ class ShrinkPlan:
         return sum(p.size_bytes or 0 for p in self.partitions)
 
     @property
+    def unknown(self) -> list[int]:
+        """Partitions whose contents no broker could tell (in a cluster: their host is down)."""
+        return [p.partition for p in self.partitions if p.records is None]
+
+    @property
     def destroys_data(self) -> bool:
-        """Deleting right away would remove stored records (what needs confirmation)."""
-        return self.delay_ms == 0 and any((p.records or 0) > 0 or (p.size_bytes or 0) > 0 for p in self.partitions)
+        """Deleting right away would (or might: contents unknown) remove stored records: what
+        needs confirmation."""
+        return self.delay_ms == 0 and any(p.records is None or p.records > 0 or (p.size_bytes or 0) > 0
+                                          for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,15 +123,14 @@ class ShrinkPlan:
 # --- the wire request ------------------------------------------------------------------------
 
 
-def _wire_client(conn: Connection) -> Any:
+def _wire_client(conn: Connection, address: str | None = None) -> Any:
     from kcli.protocol.client import WireClient
 
     protocol = str(conn.properties.get("security.protocol", "PLAINTEXT")).upper()
     if protocol != "PLAINTEXT":
         raise OperationError(f"DeletePartitions is sent by kcli's own protocol client, which speaks PLAINTEXT only "
                              f"(this connection uses security.protocol={protocol})")
-    first = conn.bootstrap.split(",")[0].strip()
-    return WireClient(first, timeout=conn.timeout_s)
+    return WireClient(address or first_bootstrap(conn.bootstrap), timeout=conn.timeout_s)
 
 
 def _check_supported(client: Any, key: int) -> None:
@@ -131,8 +141,9 @@ def _check_supported(client: Any, key: int) -> None:
 
 
 def delete_partitions(conn: Connection, topic: str, partitions: list[int], delay_ms: int, *,
-                      validate_only: bool = False) -> list[PartitionPlan]:
-    """Send one DeletePartitions request; raise KafkaApiError for the first refusal."""
+                      validate_only: bool = False, address: str | None = None) -> list[PartitionPlan]:
+    """Send one DeletePartitions request (to ``address``, default the first bootstrap broker);
+    raise KafkaApiError for the first refusal."""
     import dataclasses
 
     from kcli.protocol.codec import build, request_class
@@ -143,7 +154,7 @@ def delete_partitions(conn: Connection, topic: str, partitions: list[int], delay
         "timeout_ms": int(conn.timeout_s * 1000), "delete_partitions_delay": delay_ms,
         "topics": [{"name": topic, "partitions": sorted(partitions)}]})
     body = dataclasses.replace(body, validate_only=validate_only)
-    with _wire_client(conn) as client:
+    with _wire_client(conn, address) as client:
         _check_supported(client, DELETE_PARTITIONS_KEY)
         resp = client.request(DELETE_PARTITIONS_KEY, 0, body)
     if resp.error_code:
@@ -159,6 +170,58 @@ def delete_partitions(conn: Connection, topic: str, partitions: list[int], delay
     return out
 
 
+@dataclass
+class Routing:
+    """Where the removed partitions live: each one's host (None: offline) and their addresses.
+
+    In a cluster a classic partition's log, and so its record count and bytes, is on one broker
+    (docs/cluster.md); a delete-now request is best sent to that broker, which deletes the
+    partitions it holds at once (other hosts delete theirs in their next deletion round)."""
+
+    hosts: dict[int, int | None]
+    addresses: dict[int, str]  # node id → address, live brokers
+
+    def primary(self, partitions: list[int]) -> str | None:
+        """The address of the live broker hosting most of ``partitions`` (ties: lowest node id),
+        else of any live broker (None: none listed)."""
+        counts: dict[int, int] = {}
+        for p in partitions:
+            host = self.hosts.get(p)
+            if host is not None and host in self.addresses:
+                counts[host] = counts.get(host, 0) + 1
+        if not counts:
+            return self.addresses[min(self.addresses)] if self.addresses else None
+        return self.addresses[min(counts, key=lambda n: (-counts[n], n))]
+
+
+def route(conn: Connection, topic: str) -> Routing:
+    from kcli.ops.brokers import cluster_view, partition_hosts
+
+    view = cluster_view(conn)
+    return Routing(partition_hosts(conn, topic), {b.node_id: view.address(b) for b in view.brokers})
+
+
+def validate_on_hosts(conn: Connection, topic: str, partitions: list[int], delay_ms: int,
+                      routing: Routing) -> list[PartitionPlan]:
+    """A validate-only DeletePartitions to each host of ``partitions``, each partition's numbers
+    taken from its own host's answer; an offline partition's are unknown (None)."""
+    answers: dict[str | None, dict[int, PartitionPlan]] = {}
+    wanted = {p: (routing.addresses.get(h) if h is not None else None) for p, h in routing.hosts.items()
+              if p in partitions}
+    for address in dict.fromkeys([a for a in wanted.values() if a is not None] or [routing.primary(partitions)]):
+        answers[address] = {pp.partition: pp for pp in
+                            delete_partitions(conn, topic, partitions, delay_ms, validate_only=True, address=address)}
+    any_answer = next(iter(answers.values()))
+    out = []
+    for p in sorted(partitions):
+        address = wanted.get(p)
+        plan = answers[address][p] if address in answers else any_answer[p]
+        if address is None:  # its host is down: nobody can tell
+            plan = PartitionPlan(p, None, None, plan.delete_at_ms, plan.mode)
+        out.append(plan)
+    return out
+
+
 # --- keyed records ---------------------------------------------------------------------------
 
 
@@ -171,7 +234,11 @@ def sample_keys(conn: Connection, topic: str, partitions: list[int],
         wanted: dict[int, int] = {}
         assignment = []
         for p in partitions:
-            low, high = client.get_watermark_offsets(TopicPartition(topic, p), timeout=conn.timeout_s)
+            try:
+                low, high = client.get_watermark_offsets(TopicPartition(topic, p), timeout=conn.timeout_s)
+            except KafkaException:  # offline (in a cluster: its broker is down): nothing to sample
+                client.errors.check()
+                continue
             if high > low:
                 wanted[p] = high
                 assignment.append(TopicPartition(topic, p, max(low, high - per_partition)))
@@ -211,8 +278,12 @@ def plan_shrink(conn: Connection, topic: str, current: int, target: int, delay_m
     if delay_ms < 0:
         raise UsageError(f"--delete-partitions-delay must be >= 0 ms, got {delay_ms}")
     gone = removed_partitions(current, target)
-    parts = delete_partitions(conn, topic, gone, delay_ms, validate_only=True)
-    plan = ShrinkPlan(topic, current, target, delay_ms, parts)
+    routing = route(conn, topic)
+    parts = validate_on_hosts(conn, topic, gone, delay_ms, routing)
+    plan = ShrinkPlan(topic, current, target, delay_ms, parts, routing=routing)
+    offline = [p for p in gone if routing.hosts.get(p) is None]
+    if offline:
+        plan.warnings.append(OFFLINE_WARNING.format(partitions=",".join(map(str, offline)), topic=topic))
     plan.keyed, plan.sampled_records = sample_keys(conn, topic, list(range(current)))
     if plan.keyed:
         plan.warnings.append(KEYED_WARNING.format(topic=topic))
@@ -256,7 +327,7 @@ def prepare_shrink(conn: Connection, topic: str, current: int, target: int, dela
         return plan
     if confirm is None:
         raise UsageError(f"deleting {_span(plan).lower()} of '{topic}' right away destroys "
-                         f"{plan.records} records ({plan.size_bytes} bytes): pass --yes to confirm, or give "
+                         f"{_destroyed(plan, str(plan.size_bytes) + ' bytes')}: pass --yes to confirm, or give "
                          "--delete-partitions-delay MS to keep them readable first")
     if not confirm(plan):
         raise OperationError("aborted: nothing was changed")
@@ -264,7 +335,9 @@ def prepare_shrink(conn: Connection, topic: str, current: int, target: int, dela
 
 
 def apply_shrink(conn: Connection, plan: ShrinkPlan) -> ShrinkPlan:
-    applied = delete_partitions(conn, plan.topic, [p.partition for p in plan.partitions], plan.delay_ms)
+    gone = [p.partition for p in plan.partitions]
+    address = plan.routing.primary(gone) if plan.routing is not None else None
+    applied = delete_partitions(conn, plan.topic, gone, plan.delay_ms, address=address)
     sampled = {p.partition: p for p in plan.partitions}
     for p in applied:  # the broker's numbers at the moment of the change
         before = sampled.get(p.partition)
@@ -320,7 +393,11 @@ def _size(n: int | None) -> str:
 
 def plan_lines(plan: ShrinkPlan) -> list[str]:
     """The plan as indented lines under ``topics alter``'s step line."""
-    if plan.applied and plan.delay_ms == 0:
+    later = [p.partition for p in plan.partitions if p.mode == READ_ONLY]
+    if plan.applied and plan.delay_ms == 0 and later:  # a cluster: hosted by other brokers
+        when = (f"deleted now, except partition(s) {','.join(map(str, later))}: read-only until the broker "
+                "hosting each deletes it (its next deletion round, delete.topic.partition.interval.delay.ms)")
+    elif plan.applied and plan.delay_ms == 0:
         when = "deleted now"
     elif plan.applied:
         when = f"read-only until {format_ms(plan.delete_at_ms)}, then deleted"
@@ -331,7 +408,11 @@ def plan_lines(plan: ShrinkPlan) -> list[str]:
     lines = [f"  {_span(plan)}: {when}"]
     for p in plan.partitions:
         records = "? records" if p.records is None else f"{p.records} records"
-        lines.append(f"    Partition {p.partition}: {records}, {_size(p.size_bytes)}")
+        where = ""  # in a cluster: the broker holding the partition
+        if plan.routing is not None and len(plan.routing.addresses) > 1 and p.partition in plan.routing.hosts:
+            host = plan.routing.hosts[p.partition]
+            where = f" (broker {host})" if host is not None else " (offline: its broker is down)"
+        lines.append(f"    Partition {p.partition}{where}: {records}, {_size(p.size_bytes)}")
     keyed = {True: "yes", False: "no", None: "unknown (no records)"}[plan.keyed]
     lines.append(f"  Keyed records: {keyed} (sampled {plan.sampled_records})")
     return lines
@@ -344,4 +425,10 @@ def _span(plan: ShrinkPlan) -> str:
 
 def confirm_question(plan: ShrinkPlan) -> str:
     return (f"Delete {_span(plan).lower()} of '{plan.topic}' now, destroying "
-            f"{plan.records} records ({_size(plan.size_bytes)})?")
+            f"{_destroyed(plan, _size(plan.size_bytes))}?")
+
+
+def _destroyed(plan: ShrinkPlan, size: str) -> str:
+    """``N records (size)``, saying so when offline partitions may hold more."""
+    unknown = f" and partition(s) {','.join(map(str, plan.unknown))} of unknown size" if plan.unknown else ""
+    return f"{plan.records} records ({size}){unknown}"

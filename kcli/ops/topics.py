@@ -94,6 +94,13 @@ class PartitionDescription:
     isr: list[int]
     mode: str = "ReadWrite"  # KIP-694: ReadWrite, or ReadOnly while its deletion is pending
     delete_at_ms: int | None = None  # when a ReadOnly partition's data is deleted
+    # A cluster (docs/cluster.md): the leader's rack, each replica's rack (None: not set, or the
+    # broker is down), and the replicas whose broker is not live (Metadata lists live brokers only)
+    leader_rack: str | None = None
+    replica_racks: list[str | None] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)
+    # cleanup.policy=compact (docs/broker.md "Log compaction"): dirty bytes / cleanable bytes
+    dirty_ratio: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -309,6 +316,7 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
         entries = configs.get(name, {})
         all_configs = {k: e.value for k, e in sorted(entries.items())}
         modes = parse_modes(all_configs.get(MODES_KEY))  # KIP-694 partitions that are not ReadWrite
+        dirty = _parse_dirty_ratios(all_configs.get("kcli.cleaner.dirty.ratio"))  # compacted topics
         # kcli.* entries are read-only broker state (e.g. tiered state), not configs
         overrides = {k: e.value for k, e in sorted(entries.items()) if not e.is_default and not k.startswith("kcli.")}
         result.append(TopicDescription(
@@ -326,6 +334,10 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
                     isr=[n.id for n in p.isr],
                     mode=modes[p.id].mode if p.id in modes else "ReadWrite",
                     delete_at_ms=modes[p.id].delete_at_ms if p.id in modes else None,
+                    leader_rack=p.leader.rack if p.leader is not None and p.leader.id >= 0 else None,
+                    replica_racks=[n.rack for n in p.replicas],
+                    offline_replicas=[n.id for n in p.replicas if not n.host],
+                    dirty_ratio=dirty.get(p.id),
                 )
                 for p in parts
             ],
@@ -335,6 +347,18 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
             tiered_epoch=int(all_configs["kcli.tiered.epoch"]) if all_configs.get("kcli.tiered.epoch") else None,
         ))
     return result
+
+
+def _parse_dirty_ratios(value: str | None) -> dict[int, float]:
+    """The broker's ``<partition>:<ratio>,...`` (kcli/broker/log_cleaner.py); bad pairs are skipped."""
+    out: dict[int, float] = {}
+    for pair in (value or "").split(","):
+        p, _, ratio = pair.partition(":")
+        try:
+            out[int(p)] = float(ratio)
+        except ValueError:
+            continue
+    return out
 
 
 def _check_alter_input(req: AlterTopicRequest) -> None:

@@ -347,7 +347,7 @@ def _diskless(conn: Connection | None) -> Any:
     from kcli.ops.diskless import OnlineDiskless
 
     assert conn is not None
-    return OnlineDiskless(conn.bootstrap)
+    return OnlineDiskless(conn)
 
 
 def _diskless_describe(conn: Connection | None, a: Args) -> Any:

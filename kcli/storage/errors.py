@@ -32,6 +32,21 @@ class LogError(OperationError):
         super().__init__(f"{self.name}: {message}" if message else self.name)
 
 
+class RecordValidationError(LogError):
+    """Records refused one by one (Kafka's RecordValidationException): INVALID_RECORD with
+    ``record_errors`` as (index of the record in the request's batch, message), which Produce
+    v8+ returns per partition."""
+
+    def __init__(self, code: int, record_errors: list[tuple[int, str]]) -> None:
+        self.record_errors = record_errors
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+        super().__init__(
+            code,
+            f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]",
+        )
+
+
 class OffsetOutOfRange(LogError):
     """A read or offset move outside ``[log_start_offset, log_end_offset]`` (OFFSET_OUT_OF_RANGE).
 

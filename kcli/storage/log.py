@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import itertools
 import logging
 import os
 import re
@@ -57,6 +58,7 @@ from kcli.storage.errors import (
     RECORD_LIST_TOO_LARGE,
     LogError,
     OffsetOutOfRange,
+    RecordValidationError,
 )
 from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
 from kcli.storage.log_config import LogConfig
@@ -64,6 +66,7 @@ from kcli.storage.producer_state import ProducerStateManager
 from kcli.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     Placement,
     Segment,
@@ -71,6 +74,7 @@ from kcli.storage.segment import (
     iter_record_timestamps,
     move_aside,
     segment_name,
+    swap_next_offset,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +127,37 @@ class ReadResult:
     next_offset: int  # the offset after the last returned batch (the fetch offset if empty)
     segment_base_offset: int = -1  # where the bytes came from (for sendfile-style readers)
     position: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableSegment:
+    """One inactive segment as the log cleaner sees it; ``fd`` is a duplicate the cleaner
+    reads and closes (the segment may be deleted meanwhile: the fd keeps its bytes)."""
+
+    base_offset: int
+    end_offset: int  # the next segment's base: every offset of this segment is below it
+    size: int
+    largest_timestamp: int  # Kafka's LogSegment.largestTimestamp (mtime when no timestamp)
+    first_batch_timestamp: int  # the first batch's max timestamp, -1 if none (max.compaction.lag.ms)
+    fd: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningSnapshot:
+    """What one cleaning pass needs, taken under the log's lock in one go."""
+
+    log_start_offset: int
+    active_base_offset: int
+    log_end_offset: int
+    segments: list[CleanableSegment]  # every inactive segment, oldest first
+    producer_last_offsets: dict[int, int]  # producer id -> last offset it wrote (kept batches)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            try:
+                os.close(seg.fd)
+            except OSError:
+                pass
 
 
 class PartitionLog:
@@ -198,7 +233,9 @@ class PartitionLog:
                 )
             is_last = i == len(bases) - 1
             end_offset = bases[i + 1] if not is_last else (recovery_point if recovery_point > base else -1)
-            result = seg.recover(verify_from=verify_from, end_offset=end_offset, on_batch=replay, now_ms=now_ms)
+            result = seg.recover(
+                verify_from=verify_from, end_offset=end_offset, on_batch=replay, now_ms=now_ms, allow_gaps=not is_last
+            )
             self._segments.append(seg)
             self._bases.append(base)
             damaged_last = is_last and result.damaged_at >= 0
@@ -263,7 +300,9 @@ class PartitionLog:
         self._dir_dirty = True
 
     def _scan_directory(self) -> list[int]:
-        """Segment base offsets, after removing leftovers Kafka would also discard."""
+        """Segment base offsets, after removing leftovers Kafka would also discard and
+        completing a log cleaner swap a crash interrupted (see :meth:`_complete_swaps`)."""
+        self._complete_swaps()
         logs: set[int] = set()
         others: list[tuple[int, Path]] = []
         for path in self.dir.iterdir():
@@ -282,6 +321,28 @@ class PartitionLog:
             if base not in logs:  # an index without its log
                 path.unlink(missing_ok=True)
         return sorted(logs)
+
+    def _complete_swaps(self) -> None:
+        """Finish what :meth:`replace_segments` began, as Kafka's LogLoader does with
+        ``.swap`` files: a ``<base>.log.swap`` is a complete, fsynced cleaned segment, so
+        the segments it replaces (those whose base offset lies in its offset range, always
+        including ``<base>``) are deleted and it is renamed to ``<base>.log``. A ``.cleaned``
+        file (a crash before the swap began) is a stray and removed with the others, leaving
+        the old segments untouched: either way no offset is lost or doubled."""
+        swaps = sorted(self.dir.glob("*" + LOG_SUFFIX + SWAP_SUFFIX))
+        for swap in swaps:
+            m = _SEGMENT_FILE.match(swap.name[: -len(SWAP_SUFFIX)])
+            if not m:
+                continue
+            base = int(m.group(1))
+            end = max(swap_next_offset(swap, base), base + 1)
+            for path in self.dir.iterdir():
+                old = _SEGMENT_FILE.match(path.name)
+                if old and base <= int(old.group(1)) < end:
+                    path.unlink(missing_ok=True)
+            os.replace(swap, self.dir / (segment_name(base) + LOG_SUFFIX))
+            fsync_dir(self.dir)
+            log.info("%s: completed the swap of cleaned segment %d (offsets %d..%d)", self.dir, base, base, end - 1)
 
     def _replay_batch(self, h: BatchHeader) -> None:
         if h.producer_id < 0:
@@ -391,6 +452,9 @@ class PartitionLog:
             placements: list[Placement] = []
             producer_batches: list[tuple[BatchHeader, int, int, int]] = []
             max_ts_all = NO_TIMESTAMP
+            check_keys = client and config.compact
+            record_errors: list[tuple[int, str]] = []
+            record_index = 0
             pos = 0
             while pos < total:
                 if total - pos < HEADER_SIZE:
@@ -409,6 +473,8 @@ class PartitionLog:
                 if not crc_is_valid(buf, h):
                     raise LogError(CORRUPT_MESSAGE, f"batch at position {pos} fails its CRC-32C check")
                 _validate_batch_fields(h, client)
+                if check_keys and not h.is_control:
+                    record_index = self._check_keys(buf, pos, size, record_index, record_errors)
                 last_offset = next_offset + h.last_offset_delta
                 max_ts = now_ms if use_lat else h.max_timestamp
                 set_base_offset(buf, pos, next_offset)
@@ -422,6 +488,8 @@ class PartitionLog:
                     max_ts_all = max_ts
                 next_offset = last_offset + 1
                 pos += size
+            if record_errors:
+                raise RecordValidationError(INVALID_RECORD, record_errors)
 
             update = self._producers.begin(validate=client)
             for h, first, last, ts in producer_batches:
@@ -449,6 +517,21 @@ class PartitionLog:
             base_offset = self._leo
             self._leo = next_offset
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
+
+    def _check_keys(self, buf: bytearray, pos: int, size: int, index: int, errors: list[tuple[int, str]]) -> int:
+        """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key.
+        Adds (record index, message) per keyless record; returns the next record index."""
+        from aiokafka.record.default_records import DefaultRecordBatch
+
+        try:
+            for record in DefaultRecordBatch(bytes(buf[pos : pos + size])):
+                if record.key is None:
+                    message = f"Compacted topic cannot accept message without key in topic partition {self.dir.name}."
+                    errors.append((index, message))
+                index += 1
+        except Exception as exc:  # noqa: BLE001 - aiokafka's CorruptRecordException / codec errors
+            raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from None
+        return index
 
     def _should_roll(self, seg: Segment, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> bool:
         """Kafka's LogSegment.shouldRoll (an empty segment never rolls: it would be reborn
@@ -695,6 +778,74 @@ class PartitionLog:
         del self._bases[: len(doomed)]
         self._dir_dirty = True
         return len(doomed)
+
+    # ======================================================================================
+    # log cleaner (kcli.storage.cleaner)
+    # ======================================================================================
+    def cleaning_snapshot(self) -> CleaningSnapshot:
+        """The inactive segments (with duplicated fds) and offsets a cleaning pass reads."""
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            out: list[CleanableSegment] = []
+            try:
+                for seg, nxt in itertools.pairwise(segs):
+                    first_ts = seg.rolling_timestamp if seg.rolling_timestamp is not None else NO_TIMESTAMP
+                    out.append(
+                        CleanableSegment(
+                            seg.base_offset, nxt.base_offset, seg.size, seg.largest_timestamp(), first_ts, os.dup(seg.fd)
+                        )
+                    )
+            except OSError as exc:
+                for c in out:
+                    os.close(c.fd)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot read {self.dir} for cleaning: {exc}") from exc
+            producers = {pid: e.last_offset for pid, e in self._producers.producers().items()}
+            return CleaningSnapshot(self._log_start, self._active.base_offset, self._leo, out, producers)
+
+    def replace_segments(self, old: list[CleanableSegment], cleaned: Path, now_ms: int) -> bool:
+        """Swap the cleaner's ``<base>.log.cleaned`` (complete and fsynced) in for the
+        segments ``old`` (consecutive, inactive), as Kafka's replaceSegments does: rename it
+        to ``.swap`` (the commit point: recovery finishes the swap from here), delete the
+        old segments, rename the swap to ``<base>.log``. Offsets never change. Returns False
+        (and removes ``cleaned``) when retention or DeleteRecords removed one of the old
+        segments meanwhile."""
+        with self._lock:
+            self._check_open()
+            first = old[0].base_offset
+            try:
+                i = self._bases.index(first)
+            except ValueError:
+                i = -1
+            current = self._segments[i : i + len(old)] if i >= 0 else []
+            if (
+                len(current) != len(old)
+                or i + len(old) >= len(self._segments)  # never the active segment
+                or any(s.base_offset != o.base_offset or s.size != o.size for s, o in zip(current, old))
+            ):
+                cleaned.unlink(missing_ok=True)
+                return False
+            final = self.dir / (segment_name(first) + LOG_SUFFIX)
+            swap = final.with_name(final.name + SWAP_SUFFIX)
+            try:
+                os.replace(cleaned, swap)
+                fsync_dir(self.dir)
+                faults.pause("log.cleaner.swap")  # crash tests only: the swap is committed, not done
+                for seg in current:
+                    self._unflushed.pop(seg.base_offset, None)
+                    seg.delete_files()
+                os.replace(swap, final)
+                fsync_dir(self.dir)
+                seg = Segment(self.dir, first, self._config, created_ms=now_ms, create=False)
+            except OSError as exc:
+                log.error("%s: swapping in cleaned segment %d failed: %s", self.dir, first, exc)
+                raise LogError(KAFKA_STORAGE_ERROR, f"cannot swap in cleaned segment {final}: {exc}") from exc
+            seg.recover(verify_from=_NO_BOUND, end_offset=old[-1].end_offset, now_ms=now_ms, allow_gaps=True)
+            seg.on_become_inactive()
+            seg.unload_indexes()
+            self._segments[i : i + len(old)] = [seg]
+            self._bases[i : i + len(old)] = [first]
+            return True
 
     def _set_log_start(self, offset: int) -> None:
         _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)

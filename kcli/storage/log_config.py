@@ -1,8 +1,8 @@
 """Topic-level configs that shape one partition log, parsed from Kafka's string configs.
 
 Names and defaults mirror Kafka's topic configs so ``kafka-configs``-style dicts pass straight
-through. Keys the log does not use (cleanup.policy, remote.storage.enable, ...) are ignored
-here: other layers own them.
+through. Keys the log does not use (remote.storage.enable, ...) are ignored here: other layers own
+them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ _INT_CONFIGS: dict[str, tuple[str, int]] = {
     "retention.bytes": ("retention_bytes", -(2**63)),
     "max.message.bytes": ("max_message_bytes", 0),
     "index.interval.bytes": ("index_interval_bytes", 0),
+    "delete.retention.ms": ("delete_retention_ms", 0),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1),
 }
 _INT32_FIELDS = {"segment_bytes", "segment_index_bytes", "max_message_bytes", "index_interval_bytes"}
 _IGNORED = {"flush.messages", "flush.ms"}
@@ -42,6 +45,11 @@ class LogConfig:
     index_interval_bytes: int = 4096
     message_timestamp_type: str = CREATE_TIME
     cleanup_policy: str = "delete"
+    # Log cleaner (kcli.storage.cleaner), used only when cleanup.policy includes ``compact``.
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    min_cleanable_dirty_ratio: float = 0.5
 
     @property
     def log_append_time(self) -> bool:
@@ -51,6 +59,11 @@ class LogConfig:
     def delete_enabled(self) -> bool:
         """Time/size retention applies only when cleanup.policy includes ``delete``."""
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner keeps the latest record per key (cleanup.policy includes ``compact``)."""
+        return "compact" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_dict(cls, configs: Mapping[str, Any] | None = None) -> "LogConfig":
@@ -73,6 +86,14 @@ class LogConfig:
                         f"message.timestamp.type must be {CREATE_TIME} or {LOG_APPEND_TIME}, got {text!r}",
                     )
                 values["message_timestamp_type"] = text
+            elif key == "min.cleanable.dirty.ratio":
+                try:
+                    ratio = float(str(raw).strip())
+                except ValueError:
+                    raise LogError(INVALID_CONFIG, f"min.cleanable.dirty.ratio must be a number, got {raw!r}") from None
+                if not 0.0 <= ratio <= 1.0:
+                    raise LogError(INVALID_CONFIG, f"min.cleanable.dirty.ratio must be in [0, 1], got {ratio}")
+                values["min_cleanable_dirty_ratio"] = ratio
             elif key == "cleanup.policy":
                 parts = [p.strip() for p in str(raw).split(",") if p.strip()]
                 if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -86,6 +107,7 @@ class LogConfig:
         out = {by_field[f.name]: str(getattr(self, f.name)) for f in fields(self) if f.name in by_field}
         out["message.timestamp.type"] = self.message_timestamp_type
         out["cleanup.policy"] = self.cleanup_policy
+        out["min.cleanable.dirty.ratio"] = str(self.min_cleanable_dirty_ratio)
         return out
 
 

@@ -48,6 +48,8 @@ from kcli.storage.log_config import LogConfig
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"  # ``<base>.log.cleaned``: the log cleaner's output being written
+SWAP_SUFFIX = ".swap"  # ``<base>.log.swap``: a complete cleaned segment being swapped in
 _SCAN_BLOCK = 8192  # bytes read per pread while walking batch headers
 _COPY_CHUNK = 1 << 20  # bytes per pread when copying a cut tail aside
 # baseOffset, batchLength, (epoch), magic, crc, (attributes), lastOffsetDelta of a v2 header
@@ -116,6 +118,9 @@ class Segment:
         self.rolling_timestamp: int | None = None  # first batch's max timestamp (time-based roll)
         self.created_ms = created_ms
         self.bytes_since_last_index_entry = 0
+        # Offsets between batches may be missing: the log cleaner removed them (a cleaned
+        # segment, kcli.storage.cleaner). Appends alone write contiguous offsets.
+        self.has_gaps = False
         self._write_failing = False  # log a failing write once per failure streak, not per append
         self._index_failing = False
         if create:
@@ -136,6 +141,7 @@ class Segment:
         end_offset: int = -1,
         on_batch: Callable[[BatchHeader], None] | None = None,
         now_ms: int = 0,
+        allow_gaps: bool = False,
     ) -> RecoveryResult:
         """Walk every batch header, keep the index files if they are right for the batches or
         rewrite them, and set next offset / max timestamp. ``on_batch`` sees each batch in order.
@@ -148,7 +154,12 @@ class Segment:
         byte and CRC) and the damaged bytes stay where they are: a read of them answers
         CORRUPT_MESSAGE. ``end_offset`` (>= 0) is the segment's known end offset (the next
         segment's base; for the last segment the recovery point), used when damage with no
-        intact batch after it hides the true end."""
+        intact batch after it hides the true end.
+
+        ``allow_gaps``: the segment is not the last one (``end_offset`` is the next segment's
+        base), so a batch may start above the expected offset, as after the log cleaner
+        removed whole batches, provided it ends below ``end_offset``; the last segment, which
+        the cleaner never rewrites, must stay contiguous."""
         base = self.base_offset
         old_offsets = _parse_or_none(OffsetIndex.parse, self.offset_index.read_file())
         old_times = _parse_or_none(TimeIndex.parse, self.time_index.read_file())
@@ -193,7 +204,12 @@ class Segment:
                     last = h.last_offset
                     if pos + h.size > size:
                         problem = f"batch at position {pos} needs {h.size} bytes, {size - pos} remain"
-                    elif h.base_offset != next_offset or h.last_offset_delta < 0 or last - base > INT32_MAX:
+                    elif (
+                        h.base_offset < next_offset
+                        or (h.base_offset > next_offset and not (allow_gaps and 0 <= last < end_offset))
+                        or h.last_offset_delta < 0
+                        or last - base > INT32_MAX
+                    ):
                         # kcli writes contiguous offsets; the base offset is outside the CRC
                         problem = f"batch at position {pos} has offsets {h.base_offset}..{last}, {next_offset} expected"
                     else:
@@ -222,6 +238,8 @@ class Segment:
                 assert h is not None
                 if self.rolling_timestamp is None:
                     self.rolling_timestamp = h.max_timestamp
+                if h.base_offset != next_offset:
+                    self.has_gaps = True
                 self._index_batch(pos, last, h.size, h.max_timestamp)
                 if times_ok and ti < len(t_ts):
                     entry_offset = t_rel[ti] + base
@@ -408,7 +426,7 @@ class Segment:
         if found is None:
             return None
         start, first = found
-        if self.base_offset <= offset < first.base_offset:
+        if self.base_offset <= offset < first.base_offset and not self.has_gaps:
             # Offsets are contiguous within a segment: the batch holding ``offset`` is before
             # ``start`` and its header (base offset, outside the CRC) is damaged.
             raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: no intact batch holds offset {offset}")
@@ -432,7 +450,7 @@ class Segment:
         except LogError:
             pass  # an impossible header further on: serve what precedes it; a fetch from it reports it
         data = os.pread(self.fd, end - start, start)
-        good, good_next, problem = _intact_prefix(data)
+        good, good_next, problem = _intact_prefix(data, self.has_gaps)
         if problem is not None:
             if good == 0:
                 raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: {problem}")
@@ -518,7 +536,7 @@ def _truncate_quietly(fd: int, size: int) -> None:
         pass
 
 
-def _intact_prefix(data: bytes) -> tuple[int, int, str | None]:
+def _intact_prefix(data: bytes, allow_gaps: bool = False) -> tuple[int, int, str | None]:
     """(length, next offset, problem) of the leading whole batches of ``data`` whose header
     is possible and whose CRC-32C holds: what a fetch may serve (a consumer would reject a
     corrupt batch anyway; the broker says CORRUPT_MESSAGE and where). Hot path: only the
@@ -537,7 +555,8 @@ def _intact_prefix(data: bytes) -> tuple[int, int, str | None]:
             return pos, next_offset, f"impossible batch header (magic {magic}, length {length})"
         if pos + size > end:
             return pos, next_offset, f"batch at offset {base_offset} claims {size} bytes, {end - pos} stored"
-        if next_offset >= 0 and base_offset != next_offset:  # kcli writes contiguous offsets
+        if next_offset >= 0 and (base_offset < next_offset or (base_offset > next_offset and not allow_gaps)):
+            # appends write contiguous offsets; only a cleaned segment has gaps
             return pos, next_offset, f"batch has base offset {base_offset}, {next_offset} expected"
         if crc32c(view[pos + 21 : pos + size]) != crc:
             return pos, next_offset, f"batch at offset {base_offset} fails its CRC-32C check"
@@ -587,6 +606,28 @@ def _last_offset_hint(data: mmap.mmap, pos: int) -> int | None:
             break
         pos += h.size
     return last
+
+
+def swap_next_offset(path: Path, base_offset: int) -> int:
+    """The offset after the last whole batch of a (cleaned) segment file: where the range of
+    segments a ``.swap`` replaces ends. ``base_offset`` when it holds no batch."""
+    end = base_offset
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos = 0
+        while size - pos >= HEADER_SIZE:
+            try:
+                h = read_header(os.pread(fd, HEADER_SIZE, pos))
+            except InvalidBatchError:
+                break
+            if pos + h.size > size:
+                break
+            end = h.last_offset + 1
+            pos += h.size
+    finally:
+        os.close(fd)
+    return end
 
 
 def aside_path(log_path: Path, now_ms: int) -> Path:

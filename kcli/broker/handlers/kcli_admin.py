@@ -72,7 +72,8 @@ async def broker_metrics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             fn = getattr(ext, "gauges", None)
             if callable(fn):
                 gauges.update(fn())
-        return {"node_id": b.node_id, "cluster_id": b.cluster_id, "uptime_ms": int(time.time() * 1000) - b.started_ms,
+        return {"node_id": b.node_id, "rack": b.rack, "cluster_id": b.cluster_id,
+                "uptime_ms": int(time.time() * 1000) - b.started_ms,
                 "process_cpu_s": round(time.process_time(), 3),
                 "counters": snap["counters"], "summaries": snap["summaries"], "gauges": gauges}
 

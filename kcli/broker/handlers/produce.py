@@ -93,6 +93,11 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                     log.exception("append to %s-%d failed", name, pd.index)
                     code = KAFKA_STORAGE_ERROR
                 results[key] = _error(pd.index, code, str(err) or None)
+                # Kafka's RecordValidationException (a key-less record for a compacted topic):
+                # which records were refused, in Produce v8+'s record_errors
+                results[key]["record_errors"] = [
+                    {"batch_index": i, "batch_index_error_message": m} for i, m in getattr(err, "record_errors", [])
+                ]
                 continue
             touched.add(lg)
             b.notifier.notify(name, pd.index)
