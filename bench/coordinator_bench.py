@@ -6,13 +6,23 @@ find_batches P99 <= 2 ms. Run:  python3 bench/coordinator_bench.py [--dir DIR] [
 PostgreSQL:  ... --postgres (a temporary local server, as the tests start one) or
 --coordinator postgresql://user@host:port/db (an existing, preferably empty, database).
 
+A server that has been running recycles its WAL segment files at each checkpoint; a fresh one
+(initdb'd for the bench) must create and zero-fill a new 16 MiB segment, and fsync it, whenever
+the WAL crosses into the next one (~10-15 ms, paid by the committing session). A 1,000-batch commit
+writes ~270 KiB of WAL (~550 KiB idempotent), so on a fresh server ~1.6 % (~3 %) of commits pay
+it: the P99 of a short run on a fresh server measures segment creation. With --postgres the bench
+therefore first makes the server recycle as many segments as the run needs (pg_switch_wal, then
+CHECKPOINT), as on a server that ran for a while; --fresh-wal skips that. Either way, with
+PostgreSQL the diagnostics say which timed commits crossed into a new WAL segment.
+
 Wall-clock latency includes fsync and anything else the machine is doing; the CPU column is this
 thread's CPU time, which is steadier on a shared host. The first line prints a CPU calibration
 (``sum(range(10**6))``; ~10 ms on a current laptop core) so figures from different machines can be
 compared, and the filesystem the database ran on (fsync cost depends on it). The max column and the
 lines after the table are diagnostics: which timed calls contained a full (generation 2) garbage
-collection of the process (the bench's own prepared requests make those ~30 ms), counted from
-``gc.get_stats()`` outside the timed window.
+collection of the process, counted from ``gc.get_stats()`` outside the timed window. Each object's
+requests are built just before its commit, and what setup left alive is frozen (``gc.freeze()``)
+so that those collections cost what the coordinator's own garbage costs, not the bench's.
 """
 
 from __future__ import annotations
@@ -114,9 +124,13 @@ def main() -> None:
                         help="bench this coordinator URI instead of a new SQLite file (postgresql://user@host:port/db)")
     parser.add_argument("--postgres", action="store_true",
                         help="bench the PostgreSQL coordinator on a temporary local server (initdb + pg_ctl)")
+    parser.add_argument("--fresh-wal", action="store_true",
+                        help="with --postgres: do not make the new server recycle WAL segments first (see above)")
     args = parser.parse_args()
     if args.postgres and args.coordinator:
         parser.error("--postgres starts its own server: give either it or --coordinator")
+    if args.fresh_wal and not args.postgres:
+        parser.error("--fresh-wal is about the server --postgres starts")
 
     calibration_ms = min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
     rng = random.Random(args.seed)
@@ -130,15 +144,19 @@ def main() -> None:
 
             server = start_pg_server(Path(tempfile.mkdtemp(prefix="kcli-pg-bench-")))  # chowned to postgres
             url = server.url(server.create_database())
+            if not args.fresh_wal:
+                recycle_wal_segments(url, args)
         coord: BatchCoordinator
+        wal = None
         if url:
             from plugins.coordinator import open_coordinator
 
             coord = open_coordinator(url)
+            wal = WalProbe(url)
         else:
             coord = SqliteBatchCoordinator(db_path)
         try:
-            throughput = run_scenarios(args, coord, rng, results)
+            throughput, crossings = run_scenarios(args, coord, rng, results, wal)
             coord.close()
             if url:
                 import psycopg
@@ -149,41 +167,101 @@ def main() -> None:
                     sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
                     fsync = conn.execute("SHOW fsync").fetchone()[0]
                 kind = (f"PostgreSQL batch coordinator  PostgreSQL {version} over loopback TCP,"
-                        f" synchronous_commit={sync}, fsync={fsync}")
+                        f" synchronous_commit={sync}, fsync={fsync}, WAL segments "
+                        + ("recycled (as on a running server)" if args.postgres and not args.fresh_wal
+                           else "fresh (new server)" if args.postgres else "as the server has them"))
             else:
                 db_size = sum(f.stat().st_size for f in Path(tmp).iterdir() if f.is_file())
                 kind = (f"SQLite batch coordinator  sqlite {sqlite3.sqlite_version}, db on "
                         f"{filesystem_of(Path(args.dir or tempfile.gettempdir()))}, synchronous=FULL, WAL journal")
         finally:
             coord.close()
+            if wal is not None:
+                wal.close()
             if server is not None:
                 from tests.fixtures_pg import stop_pg_server
 
                 stop_pg_server(server)
                 shutil.rmtree(server.data_dir.parent, ignore_errors=True)
-    report(args, calibration_ms, results, throughput, kind, db_size)
+    report(args, calibration_ms, results, throughput, kind, db_size, crossings)
 
 
-def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random.Random, results: list
-                  ) -> dict[str, float]:
-    """The commit and find scenarios (timings appended to ``results``); commit throughputs."""
+class WalProbe:
+    """Which timed PostgreSQL commits crossed into a new WAL segment (read outside the timed window)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        self.segment_bytes = int(self.conn.execute(
+            "SELECT pg_size_bytes(current_setting('wal_segment_size'))").fetchone()[0])
+
+    def segment(self) -> int:
+        lsn = self.conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')").fetchone()[0]
+        return int(lsn) // self.segment_bytes
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def recycle_wal_segments(url: str, args: argparse.Namespace) -> None:
+    """Make a new server hold recycled WAL segments for the whole run, as a running one does.
+
+    Each pg_switch_wal() after a write makes the server create (zero-fill) the next segment; the
+    CHECKPOINT then renames the ones before it to future segment names instead of deleting them
+    (it keeps ~2x the WAL written since the last checkpoint, at most max_wal_size)."""
+    import psycopg
+
+    per_batch = 1200  # WAL bytes per batch over the three commit scenarios together, with room
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        segment = int(conn.execute("SELECT pg_size_bytes(current_setting('wal_segment_size'))").fetchone()[0])
+        wanted = min(48, -(-args.commits * args.batches * per_batch // segment) + 4)
+        conn.execute("CREATE TABLE kcli_bench_wal_warmup (x int)")
+        for _ in range(wanted):
+            conn.execute("INSERT INTO kcli_bench_wal_warmup VALUES (1)")
+            conn.execute("SELECT pg_switch_wal()")
+        conn.execute("DROP TABLE kcli_bench_wal_warmup")
+        conn.execute("CHECKPOINT")
+
+
+def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random.Random, results: list,
+                  wal: WalProbe | None = None) -> tuple[dict[str, float], dict[str, list[int]]]:
+    """The commit and find scenarios (timings appended to ``results``); commit throughputs, and
+    per commit scenario the indexes of the calls that crossed into a new WAL segment (with ``wal``)."""
     topic = uuid.uuid4()
     coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic, "bench", args.partitions)])
     tips = [TopicIdPartition(topic, "bench", p) for p in range(args.partitions)]
 
     throughput = {}
+    crossings: dict[str, list[int]] = {}
+    # What setup left alive (imported modules: psycopg, pytest with --postgres, ...) is never
+    # garbage: frozen, a full collection during a timed call traverses only what the run allocated
+    # instead of ~45,000 more objects (~7 ms per full collection on a 10 ms-calibration core).
+    gc.collect()
+    gc.freeze()
     for label, sequences in (("no producer ids", None), (f"idempotent, {PRODUCERS} producers", {})):
         wall: list[float] = []
         cpu: list[float] = []
         full_gc: list[int] = []
-        objects = [build_object(tips, args.batches, rng, sequences) for _ in range(args.commits)]
-        start = time.perf_counter()
-        for size, requests in objects:
+        new_segment: list[int] = []
+        spent = 0.0
+        for _ in range(args.commits):
+            # Built just before its call (outside the timed window): requests prepared for the whole
+            # scenario up front would be what the timed calls' full garbage collections traverse.
+            size, requests = build_object(tips, args.batches, rng, sequences)
+            segment = wal.segment() if wal else 0
+            start = time.perf_counter()
             responses = timed(lambda: coord.commit_file(f"wal/{uuid.uuid4()}", 0, size, requests), wall, cpu,
                               full_gc)
+            spent += time.perf_counter() - start
             assert all(r.errors == 0 and not r.is_duplicate for r in responses), "commit failed"
-        throughput[label] = args.commits * args.batches / (time.perf_counter() - start)
-        results.append((f"commit_file 1,000 batches, {label}", wall, cpu, COMMIT_TARGET_P99_MS, full_gc))
+            if wal and wal.segment() != segment:
+                new_segment.append(len(wall) - 1)
+        throughput[label] = args.commits * args.batches / spent
+        name = f"commit_file 1,000 batches, {label}"
+        results.append((name, wall, cpu, COMMIT_TARGET_P99_MS, full_gc))
+        if wal:
+            crossings[name] = new_segment
 
     # A hot log with many batches: find_batches is a range lookup whatever the log's length.
     hot_topic = uuid.uuid4()
@@ -213,11 +291,11 @@ def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random
         returned += sum(len(r.batches) for r in resp)
     results.append((f"find_batches 10 partitions x 256 KiB ({returned // (args.finds // 4)} batches)",
                     wall, cpu, None, None))
-    return throughput
+    return throughput, crossings
 
 
 def report(args: argparse.Namespace, calibration_ms: float, results: list, throughput: dict[str, float], kind: str,
-           db_size: float) -> None:
+           db_size: float, crossings: dict[str, list[int]]) -> None:
     # Figures of the PostgreSQL run are recorded under their own names (the SQLite ones stay).
     prefix = "coordinator" if kind.startswith("SQLite") else "postgresql coordinator"
     print(f"{kind}; CPU calibration sum(range(10**6)) = {calibration_ms:.1f} ms; load average"
@@ -240,6 +318,13 @@ def report(args: argparse.Namespace, calibration_ms: float, results: list, throu
         if full_gc:
             print(f"  {name}: {len(full_gc)} of {len(wall)} calls ran a full garbage collection"
                   f" ({', '.join(f'{wall[i]:.1f}' for i in full_gc)} ms wall)")
+    for name, wall, _, _, _ in results:
+        if name in crossings:
+            crossed = crossings[name]
+            others = [w for i, w in enumerate(wall) if i not in set(crossed)] or [0.0]
+            print(f"  {name}: {len(crossed)} of {len(wall)} calls crossed into a new WAL segment"
+                  f" ({', '.join(f'{wall[i]:.1f}' for i in crossed) or '-'} ms wall); P99 of the others"
+                  f" {pct(others, 99):.2f} ms")
     for label, rate in throughput.items():
         print(f"commit throughput, {label:<38}{rate:>12,.0f} batches/s")
         record(f"{prefix} commit throughput, {label}", round(rate), unit="batches/s")

@@ -7,7 +7,10 @@ The contract every coordinator keeps runs against PostgreSQL too (tests/test_coo
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +30,7 @@ from plugins.coordinator.base import (
     CreateTopicAndPartitionsRequest,
     DeleteFilesRequest,
     DeleteRecordsRequest,
+    INVALID_PRODUCER_EPOCH,
     FindBatchRequest,
     RetentionRequest,
     TopicIdPartition,
@@ -256,6 +260,46 @@ def test_packed_producer_state_matches_the_ring(stored: list, base_seq: int, len
         assert packed.next_sequence == ring.next_sequence
 
 
+def test_one_commit_updates_known_producers_and_adds_new_ones(pg_database: str) -> None:
+    """A commit writes the state of producers the database knows (UPDATE) and of new ones
+    (INSERT) separately, and reads it by (partition slot, producer id): one object mixing the
+    next batch of a known producer, the same producer id on another partition, an epoch bump, a
+    duplicate and a new producer on two partitions leaves exactly Kafka's state behind, as
+    another broker (instance) sees it."""
+    a, b = PostgresBatchCoordinator(pg_database), PostgresBatchCoordinator(pg_database)
+    t0, t1 = new_topic(a, 2)
+    first = [batch(t0, 0, 5, pid=7, epoch=0, seq=0), batch(t1, 1, 3, pid=7, epoch=0, seq=0),
+             batch(t0, 2, 2, pid=8, epoch=0, seq=0), batch(t1, 3, 4, pid=9, epoch=0, seq=0)]
+    assert all(r.errors == 0 for r in a.commit_file("wal/1", 1, 401, first))
+    mixed = [batch(t0, 0, 5, pid=7, epoch=0, seq=5),   # known: its next batch
+             batch(t1, 1, 3, pid=7, epoch=0, seq=3),   # the same id on the other partition
+             batch(t0, 2, 2, pid=8, epoch=1, seq=0),   # known, bumped epoch: starts afresh
+             batch(t1, 3, 4, pid=9, epoch=0, seq=0),   # a retry of the first object's batch
+             batch(t0, 4, 1, pid=10, epoch=0, seq=0),  # new
+             batch(t1, 5, 1, pid=10, epoch=0, seq=0)]  # new, same id on the other partition
+    answers = b.commit_file("wal/2", 2, 601, mixed)
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in answers] == [
+        (0, False, 7), (0, False, 7), (0, False, 12), (0, True, 3), (0, False, 14), (0, False, 10)]
+    # Through the other broker: retries of what the mixed object stored are duplicates with its
+    # offsets, the fenced epoch is refused, and every producer continues where it left off.
+    retries = a.commit_file("wal/3", 1, 601, mixed[:3] + mixed[4:] + [batch(t0, 3, 1, pid=8, epoch=0, seq=2)])
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in retries[:5]] == [
+        (0, True, 7), (0, True, 7), (0, True, 12), (0, True, 14), (0, True, 10)]
+    assert retries[5].errors == INVALID_PRODUCER_EPOCH
+    following = [batch(t0, 0, 1, pid=7, epoch=0, seq=10), batch(t1, 1, 1, pid=7, epoch=0, seq=6),
+                 batch(t0, 2, 1, pid=8, epoch=1, seq=2), batch(t1, 3, 1, pid=9, epoch=0, seq=4),
+                 batch(t0, 4, 1, pid=10, epoch=0, seq=1), batch(t1, 5, 1, pid=10, epoch=0, seq=1)]
+    assert [(r.errors, r.is_duplicate) for r in b.commit_file("wal/4", 2, 601, following)] == [(0, False)] * 6
+    with psycopg.connect(pg_database, connect_timeout=10) as raw:
+        rows = raw.execute("SELECT l.partition, p.producer_id, p.producer_epoch, length(p.batches)"
+                           " FROM producer_state p JOIN logs l USING (log_id) ORDER BY 1, 2").fetchall()
+    entry = 32  # bytes a stored batch takes (sequence range, offsets, append time)
+    assert rows == [(0, 7, 0, 3 * entry), (0, 8, 1, 2 * entry), (0, 10, 0, 2 * entry),
+                    (1, 7, 0, 3 * entry), (1, 9, 0, 2 * entry), (1, 10, 0, 2 * entry)]
+    a.close()
+    b.close()
+
+
 # -- outages and bounded waits -------------------------------------------------------------------
 
 
@@ -440,3 +484,22 @@ def test_broker_with_a_postgresql_coordinator_serves_diskless_topics_across_a_re
     assert "topic: pgd partition: " in dump.stdout and "assignedBaseOffset: " in dump.stdout
     bad = run_kcli(cli_env, "broker", "start", "--data-dir", str(tmp_path / "x"), "--coordinator", "mysql://h/db")
     assert_one_line_error(bad, 2, "--coordinator 'mysql://h/db'")
+
+
+# -- the bench ---------------------------------------------------------------------------------
+
+
+def test_bench_measures_a_postgresql_coordinator_and_names_wal_segment_crossings(pg_database: str) -> None:
+    """bench/coordinator_bench.py against an existing database: the table, and which timed commits
+    crossed into a new WAL segment (docs/performance.md explains why those are the P99 on a
+    fresh server)."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "coordinator_bench.py"
+    out = subprocess.run([sys.executable, str(bench), "--coordinator", pg_database, "--commits", "4", "--batches",
+                          "20", "--partitions", "10", "--finds", "8"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "PostgreSQL batch coordinator" in out.stdout and "fsync=on" in out.stdout
+    lines = [line for line in out.stdout.splitlines() if "crossed into a new WAL segment" in line]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "commit_file 1,000 batches, no producer ids", "commit_file 1,000 batches, idempotent, 50 producers"]
+    assert all(re.search(r": [0-4] of 4 calls crossed into a new WAL segment \(.*\); P99 of the others", line)
+               for line in lines), lines

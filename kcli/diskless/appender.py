@@ -15,7 +15,9 @@ Failures answer every waiting request with a retriable error and commit nothing:
   no intent, no upload;
 - commit failed → REQUEST_TIMED_OUT (retry, "possibly persisted": with a remote coordinator the
   outcome is unknown; idempotent retries are deduplicated by the coordinator). The uploaded
-  object stays for the orphan collector.
+  object stays for the orphan collector. The commit requires the intent to be still there: if
+  this upload outlasted the grace period and a cleaner (in a cluster: another broker's) claimed
+  the object as an orphan, the commit is refused rather than referencing a deleted object.
 
 After a failure, objects already queued behind it (and the buffer being filled) are failed too
 without committing, so a later request of an idempotent producer can never be committed ahead
@@ -25,6 +27,7 @@ of an earlier one that failed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from concurrent.futures import Executor
@@ -270,8 +273,12 @@ class Appender:
             requests = commit_batch_requests(refs, lambda tip: timestamp_types[id(tip)])
             started = time.monotonic()
             try:
+                # require_intent: if the cleaner claimed the object as an orphan (this upload took
+                # longer than the grace period), the commit is refused instead of referencing an
+                # object that is being deleted (kcli/diskless/cleaner.py).
                 responses = await loop.run_in_executor(
-                    self.coordinator_pool, self.coordinator.commit_file, key, self.broker_id, size, requests)
+                    self.coordinator_pool, functools.partial(self.coordinator.commit_file, key, self.broker_id, size,
+                                                             requests, require_intent=True))
             except Exception as err:  # noqa: BLE001 - coordinator failure of any kind
                 self.metrics.inc("diskless.commit.errors")
                 log.warning("commit of WAL object %s failed: %s", key, err)

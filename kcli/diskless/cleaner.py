@@ -16,7 +16,19 @@ The order matters: list first, then snapshot the appender's in-flight keys, then
 coordinator's intents and keys — an object listed but committed meanwhile is either still in
 flight at the snapshot or already known (its intent gone) when they are read, so it is never
 taken for an orphan. The age floor (the grace period, counted from the later of the intent and
-the object's mtime) covers uploads of other processes on the same coordinator.
+the object's mtime) spares uploads of other processes on the same coordinator that are merely
+in progress.
+
+The age floor alone does not prove anything about another broker of a cluster: its upload may
+be slower than the grace period (a stalled store, a commit queued behind an earlier one), and
+the controller cannot see its in-flight keys. So an orphan is CLAIMED before it is deleted
+(``BatchCoordinator.claim_orphans``): in one coordinator transaction its intent is removed and
+it becomes a file marked for deletion. The appender commits with ``require_intent=True``, so a
+later commit of that key is refused (the uploading broker answers its producers with a retriable
+error). Claim and commit contend for the same intent row, so exactly one of them wins: an object
+is deleted only if no commit of it can ever succeed, whatever the clocks, leases or timings — and
+a killed broker's uploads are collected once the grace period has passed since its intent and
+its object.
 """
 
 from __future__ import annotations
@@ -174,6 +186,21 @@ class FileCleaner:
             if orphans and not dry_run and scan.stale_intents:
                 await self._forget_intents(report, scan.stale_intents)
             return
+        if found:
+            # Claimed first: from here on a late commit of the object is refused, so deleting it
+            # cannot pull it from under a commit (an upload in flight on another broker).
+            wanted = set(found)
+            sizes = {info.key: info.size for info in listed if info.key in wanted}  # type: ignore[attr-defined]
+            try:
+                claimed = set(await self._coord(self.coordinator.claim_orphans, sizes, now))  # type: ignore[arg-type]
+            except Exception as err:  # noqa: BLE001 - nothing claimed, nothing deleted; next pass
+                report.errors.append(f"claiming {len(found)} orphan(s): {err}")
+                return
+            found = [key for key in found if key in claimed]  # the others were committed meanwhile
+            doomed = found + (list(scan.unknown) if unknown_objects else [])
+            if not doomed:
+                await self._forget_intents(report, scan.stale_intents)
+                return
         try:
             await self._io(self.storage.delete, doomed)
         except Exception as err:  # noqa: BLE001
@@ -181,7 +208,14 @@ class FileCleaner:
             report.errors.append(f"deleting {len(doomed)} orphan/unknown object(s): {err}")
             if unknown_objects:
                 report.unknown_objects.clear()  # not deleted after all
-            return
+            return  # claimed orphans are files marked for deletion now: the marked path retries them
+        if found:
+            try:  # their claim rows go with them (what the marked path would do after the grace period)
+                from plugins.coordinator.base import DeleteFilesRequest
+
+                await self._coord(self.coordinator.delete_files, DeleteFilesRequest(found))
+            except Exception as err:  # noqa: BLE001 - the marked path removes them later
+                report.errors.append(f"forgetting {len(found)} claimed orphan(s): {err}")
         if found:
             log.info("deleted %d orphan WAL object(s) (upload intent recorded, never committed)", len(found))
         if unknown_objects and scan.unknown:
@@ -192,7 +226,7 @@ class FileCleaner:
         if unknown_objects and scan.unknown:
             self.metrics.inc("diskless.cleaner.unknown_deleted", len(scan.unknown))
         self.on_deleted(doomed)
-        await self._forget_intents(report, found + (scan.stale_intents if orphans else []))
+        await self._forget_intents(report, scan.stale_intents if orphans else [])  # claims dropped the others
 
     async def _forget_intents(self, report: CleanReport, keys: list[str]) -> None:
         """Drop intents whose objects are gone (deleted now, or never uploaded): the table stays

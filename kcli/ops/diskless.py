@@ -351,6 +351,13 @@ class OfflineDiskless:
             # but the order keeps a concurrently running broker's fresh uploads out of the orphans).
             intents = {i.object_key: i.created_at_ms for i in coordinator.list_upload_intents()}
             known = frozenset(coordinator.known_object_keys())
+            if orphans and not dry_run and listed:
+                # Claimed before anything is deleted (kcli/diskless/cleaner.py): a running broker
+                # still committing one of them is refused instead of committing a deleted object.
+                candidates = {key: size for key, size, mtime in listed
+                              if uncommitted_kind(key, mtime, intents.get(key), known, now, grace_ms) == "orphan"}
+                claimed = set(coordinator.claim_orphans(candidates, now)) if candidates else set()
+                listed = [row for row in listed if row[0] not in candidates or row[0] in claimed]
             items = [GcItem("marked", key, marked_sizes.get(key, 0), 0) for key in due]
             # --no-orphans: objects with an intent are left out, not mistaken for unknown ones.
             items += [GcItem("listed", key, size, mtime) for key, size, mtime in listed if orphans or key not in intents]
@@ -387,6 +394,8 @@ class OfflineDiskless:
                 if gone:
                     try:
                         coordinator.delete_upload_intents(gone)
+                        if report["orphans"]:  # the claims' deletion records go with the objects
+                            coordinator.delete_files(DeleteFilesRequest(report["orphans"]))
                     except OperationError as err:
                         report["errors"].append(f"forgetting {len(gone)} upload intent(s): {err}")
         return add_gc_bytes(report, marked_sizes, orphan_sizes)

@@ -321,8 +321,14 @@ class BatchCoordinator(abc.ABC):
         uploader_broker_id: int,
         file_size: int,
         batches: list[CommitBatchRequest],
+        *,
+        require_intent: bool = False,
     ) -> list[CommitBatchResponse]:
-        """Atomically commit an uploaded object: one response per batch, in request order."""
+        """Atomically commit an uploaded object: one response per batch, in request order.
+
+        ``require_intent`` (the broker's appender, which records an upload intent before every
+        PUT): refuse with CoordinatorException unless the object's intent is still there, in the
+        same transaction that removes it — the fence that makes claim_orphans safe."""
 
     @abc.abstractmethod
     def find_batches(self, requests: list[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
@@ -401,6 +407,16 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     def delete_upload_intents(self, object_keys: Iterable[str]) -> None:
         """Forget intents (their objects were deleted, or never uploaded)."""
+
+    @abc.abstractmethod
+    def claim_orphans(self, object_sizes: dict[str, int], now_ms: int) -> list[str]:
+        """Take uncommitted objects over for deletion, atomically with respect to commit_file:
+        each key (→ its size in the store) whose upload intent still exists and that is not
+        committed loses its intent and becomes a file marked for deletion (so a failed deletion
+        is retried like any other); returns the keys so claimed. A later commit_file of a claimed
+        key with ``require_intent`` fails, so an upload that was only slow — on another broker of
+        a cluster, whose in-flight uploads the cleaner cannot see — is refused (its producers
+        retry) instead of committed over a deleted object."""
 
     @abc.abstractmethod
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

@@ -827,6 +827,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
         uploader_broker_id: int,
         file_size: int,
         batches: list[CommitBatchRequest],
+        *,
+        require_intent: bool = False,
     ) -> list[CommitBatchResponse]:
         if not isinstance(object_key, str) or not object_key:
             raise CoordinatorException(f"invalid commit: object key {object_key!r}")
@@ -838,6 +840,10 @@ class SqliteBatchCoordinator(BatchCoordinator):
             first_batch_id = batch_id = self._batch_counter(db)
             idempotent = max(map(_PRODUCER_ID, batches), default=-1) >= 0
             producers = self._producers.loaded(db, now) if idempotent else {}
+            # The upload intent ends with the commit (one primary-key delete in a tiny table).
+            gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
+            if require_intent and gone:
+                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
             try:
                 file_id = db.execute(
                     "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
@@ -846,8 +852,6 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 ).lastrowid
             except sqlite3.IntegrityError:
                 raise CoordinatorException(f"object {object_key} is already committed") from None
-            # The upload intent ends with the commit (one primary-key delete in a tiny table).
-            db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,))
             dirty = self._producers.dirty
             # The loop runs once per batch, so it works on locals: the current log's high watermark
             # and byte size live in variables until the partition changes (brokers send an object's
@@ -1378,6 +1382,24 @@ class SqliteBatchCoordinator(BatchCoordinator):
             return
         with self._tx() as db:
             db.executemany("DELETE FROM upload_intents WHERE object_key = ?", [(k,) for k in keys])
+
+    @_guarded
+    def claim_orphans(self, object_sizes: dict[str, int], now_ms: int) -> list[str]:
+        claimed: list[str] = []
+        with self._tx() as db:
+            counter = self._batch_counter(db)  # the newest row keeps the batch-id floor (_batch_counter)
+            for key in sorted(object_sizes):
+                row = db.execute("SELECT broker_id FROM upload_intents WHERE object_key = ?"
+                                 " AND NOT EXISTS (SELECT 1 FROM files WHERE object_key = ?)", (key, key)).fetchone()
+                if row is None:
+                    continue  # committed meanwhile, or already claimed
+                db.execute("DELETE FROM upload_intents WHERE object_key = ?", (key,))
+                db.execute(
+                    "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
+                    " marked_for_deletion_at, next_batch_id) VALUES (?, ?, ?, 0, 'deleting', ?, ?, ?)",
+                    (key, row[0], max(0, int(object_sizes[key])), now_ms, now_ms, counter))
+                claimed.append(key)
+        return claimed
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:
