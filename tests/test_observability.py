@@ -234,8 +234,3 @@ def test_daemon_that_cannot_start_reports_the_cause(tmp_path, cli_env):  # noqa:
                     timeout=120)
     assert_one_line_error(proc, 1, "exited (code 2) before it listened", str(data / "broker.log"))
 
-
-def test_status_and_stop_need_a_running_broker(tmp_path, cli_env):  # noqa: F811
-    for cmd in ("status", "stop"):
-        assert_one_line_error(run_kcli(cli_env, "broker", cmd, "--data-dir", str(tmp_path / "never")), 1,
-                              "no broker is running on")

@@ -40,19 +40,6 @@ def start(
 
     opts = options(ctx)
     level, fmt = check_log_options(log_level, log_format)
-    if metrics_listen is not None:
-        from kcli.broker.runner import parse_listen
-
-        parse_listen(metrics_listen, "--metrics-listen")
-    if daemon:
-        import sys
-
-        from kcli.ops.broker_process import daemon_argv, start_daemon
-
-        started = start_daemon(data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
-        render_status(opts, started, f"Started broker (pid {started.pid}) on {started.data_dir}")
-        return
-    configure_logging(opts.verbose, level, fmt)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
     extra.update(cluster_options(cluster, node_id, rack))
     if coordinator or cluster:
@@ -82,6 +69,19 @@ def start(
         from kcli.diskless.storage_setup import check_plugin_classes
 
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
+    from kcli.broker.runner import metrics_address, parse_listen
+
+    parse_listen(listen)
+    metrics_address(metrics_listen, cfg)
+    if daemon:  # everything above checked here too: a bad flag is exit 2 now, not a failed background start
+        import sys
+
+        from kcli.ops.broker_process import daemon_argv, start_daemon
+
+        started = start_daemon(data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
+        render_status(opts, started, f"Started broker (pid {started.pid}) on {started.data_dir}")
+        return
+    configure_logging(opts.verbose, level, fmt)
     raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg, metrics_listen))
 
 
