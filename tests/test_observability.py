@@ -234,3 +234,30 @@ def test_daemon_that_cannot_start_reports_the_cause(tmp_path, cli_env):  # noqa:
                     timeout=120)
     assert_one_line_error(proc, 1, "exited (code 2) before it listened", str(data / "broker.log"))
 
+
+
+def test_object_store_errors_are_one_warning_line_and_a_counter(tmp_path):
+    """An upload the store refuses: one WARNING line (no traceback), kcli_objectstore_errors_total moves."""
+    from confluent_kafka import Producer
+
+    b = BrokerProcess(tmp_path / "faulty", {
+        **FAST, "diskless.storage.class.name": "plugins.objectstore.faulty.FaultyObjectStorage",
+        "diskless.storage.delegate.uri": (tmp_path / "objects").as_uri(),
+        "diskless.storage.failure.rate": "1", "diskless.storage.failure.operations": "upload",
+    }, extra_args=["--metrics-listen", "127.0.0.1:0"]).start()
+    try:
+        url = metrics_url(b)
+        create_topic(b.bootstrap, "dl-broken", 1, {"diskless.enable": "true"})
+        errors: list[object] = []
+        p = Producer({"bootstrap.servers": b.bootstrap, "message.timeout.ms": 3000, "retries": 0})
+        p.produce("dl-broken", b"x", on_delivery=lambda err, _m: errors.append(err))
+        p.flush(30)
+        assert errors and errors[0] is not None
+        samples = scrape(url)
+    finally:
+        assert b.stop() == 0
+    assert samples[("kcli_objectstore_errors_total", (("operation", "put"),))] >= 1
+    text = b.log_text()
+    failed = [ln for ln in text.splitlines() if "upload of WAL object" in ln]
+    assert failed and all(" WARNING kcli.diskless" in ln for ln in failed), text[-2000:]
+    assert "Traceback" not in text, text[-3000:]
