@@ -60,11 +60,11 @@ def test_audit_lines_name_the_principal_in_text(tmp_path):
         assert " INFO " in found[0] and "principal User:alice from 127.0.0.1" in found[0], found[0]
         return found[0]
 
-    assert "retention.ms=3600000" in line(r"Created topic audited with topic id \S+, 2 partition\(s\)")
+    assert "retention.ms=3600000" in line(r"Created topic audited with topic ID \S{22}, 2 partition\(s\)")
     assert "{retention.ms=7200000}" in line(r"Incrementally altered configs of topic audited")
     line(r"Increased the partition count of topic audited to 3")
     line(r"Refused creation of topic audited: TOPIC_ALREADY_EXISTS")
-    line(r"Deleted topic audited with topic id")
+    line(r"Deleted topic audited with topic ID \S{22} ")
     assert any(re.search(r"INFO kcli.broker: \[KafkaServer id=1\] started: listeners SASL_PLAINTEXT://127.0.0.1:\d+", ln)
                for ln in lines)
     assert any("[KafkaServer id=1] shut down completed" in ln for ln in lines)
@@ -261,3 +261,30 @@ def test_object_store_errors_are_one_warning_line_and_a_counter(tmp_path):
     failed = [ln for ln in text.splitlines() if "upload of WAL object" in ln]
     assert failed and all(" WARNING kcli.diskless" in ln for ln in failed), text[-2000:]
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_tiering_transitions_and_partition_deletion_are_logged(tmp_path, cli_env):  # noqa: F811
+    """KIP-950 DISABLING -> DISABLED and a KIP-694 partition deletion, each with INFO lines."""
+    from tests.test_tiered import alter
+
+    b = BrokerProcess(tmp_path / "steps", {"remote.log.storage.system.enable": "true",
+                                           "delete.topic.partition.enable": "true",
+                                           "remote.log.manager.task.interval.ms": "500"}).start()
+    try:
+        create_topic(b.bootstrap, "tiered-t", 1, {"remote.storage.enable": "true"})
+        alter(b.bootstrap, "tiered-t", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+        wait_until(lambda: "tiered storage of tiered-t: DISABLING -> DISABLED" in b.log_text(), timeout=60,
+                   what="DISABLED line")
+        create_topic(b.bootstrap, "shrunk", 3)
+        proc = run_kcli(cli_env, "-b", b.bootstrap, "topics", "alter", "--topic", "shrunk", "--partitions", "2",
+                        "--delete-partitions-delay", "3600000")
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        assert b.stop() == 0
+    text = b.log_text()
+    assert re.search(r" INFO kcli.tiered: tiered storage of tiered-t: DISABLING \(policy delete, tiered epoch 1\)", text)
+    assert re.search(r" INFO kcli.broker.audit: Incrementally altered configs of topic tiered-t: "
+                     r"\{remote.log.delete.on.disable=true, remote.storage.enable=false\} \(principal User:ANONYMOUS", text)
+    assert re.search(r" INFO kcli.broker.audit: Requested deletion of partitions \[2\] of topic shrunk "
+                     r"\(KIP-694, delay 3600000 ms\) \(principal User:ANONYMOUS from 127.0.0.1\)", text), text[-3000:]
+    assert re.search(r" INFO kcli.broker.partition_reducer: partitions \[2\] of shrunk are read-only", text)

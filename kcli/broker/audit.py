@@ -1,6 +1,6 @@
 """Audit lines for changes clients make to topics: who (principal, host) did what to which topic.
 
-Kafka's controller logs "Created topic ..." / "Deleted topic ..." and its authorizer logs the
+Kafka's controller logs "Created topic ... with topic ID ..." / "Deleted topic ..." and its authorizer logs the
 principal and host of each operation; here one INFO line says both, with the same facts as
 structured fields (``event``, ``topic``, ``principal``, ``client_host``, ...) for the json format.
 A refused change is logged too (INFO: it is the client's error, not the broker's), validate-only
@@ -38,6 +38,16 @@ def refused(ctx: RequestContext, operation: str, topic: str, err: BrokerError) -
     log.info("Refused %s of topic %s: %s%s (principal %s from %s)", operation, topic, code,
              f": {err.message}" if err.message else "", who["principal"], who["client_host"],
              extra={"event": f"topic.{operation.replace(' ', '_')}.refused", "topic": topic, "error": code, **who})
+
+
+def topic_id_str(topic_id: Any) -> str:
+    """A topic id as Kafka and its tools print it (URL-safe base64, 22 characters)."""
+    import base64
+    import uuid
+
+    if isinstance(topic_id, uuid.UUID):
+        return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    return str(topic_id)
 
 
 def format_configs(configs: dict[str, str | None]) -> str:

@@ -62,9 +62,9 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             out.append(entry)
             continue
         if t is not None and not req.validate_only:
-            audit.changed(ctx, "topic.created", f"Created topic {t.name} with topic id {t.topic_id}, "
+            audit.changed(ctx, "topic.created", f"Created topic {t.name} with topic ID {audit.topic_id_str(t.topic_id)}, "
                           f"{len(t.partitions)} partition(s) and configs {audit.format_configs(configs)}", t.name,
-                          topic_id=str(t.topic_id), partitions=len(t.partitions), configs=configs)
+                          topic_id=audit.topic_id_str(t.topic_id), partitions=len(t.partitions), configs=configs)
         if t is not None:
             eff = b.effective_topic_configs(t)
             entry.update(topic_id=t.topic_id, num_partitions=len(t.partitions), replication_factor=1,
@@ -102,8 +102,8 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if t is not None:
                 entry["topic_id"] = t.topic_id
             b.delete_topic(name)
-            audit.changed(ctx, "topic.deleted", f"Deleted topic {name} with topic id {entry['topic_id']}", name,
-                          topic_id=str(entry["topic_id"]))
+            tid = audit.topic_id_str(entry["topic_id"])
+            audit.changed(ctx, "topic.deleted", f"Deleted topic {name} with topic ID {tid}", name, topic_id=tid)
         except BrokerError as err:
             audit.refused(ctx, "deletion", name, err)
             entry.update(error_code=err.code, error_message=err.message or None)
