@@ -40,6 +40,7 @@ def start(
 
     opts = options(ctx)
     level, fmt = check_log_options(log_level, log_format)
+    configure_logging(opts.verbose, level, fmt)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
     extra.update(cluster_options(cluster, node_id, rack))
     if coordinator or cluster:
@@ -81,7 +82,6 @@ def start(
         started = start_daemon(data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
         render_status(opts, started, f"Started broker (pid {started.pid}) on {started.data_dir}")
         return
-    configure_logging(opts.verbose, level, fmt)
     raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg, metrics_listen))
 
 
