@@ -269,9 +269,13 @@ def test_tiering_transitions_and_partition_deletion_are_logged(tmp_path, cli_env
 
     b = BrokerProcess(tmp_path / "steps", {"remote.log.storage.system.enable": "true",
                                            "delete.topic.partition.enable": "true",
-                                           "remote.log.manager.task.interval.ms": "500"}).start()
+                                           "remote.log.manager.task.interval.ms": "500"},
+                      extra_args=["--metrics-listen", "127.0.0.1:0"]).start()
     try:
         create_topic(b.bootstrap, "tiered-t", 1, {"remote.storage.enable": "true"})
+        lag = scrape(metrics_url(b))  # tiering lag is exported per tiered topic (nothing rolled yet: 0)
+        assert lag[("kafka_server_brokertopicmetrics_remotecopylagbytes", (("topic", "tiered-t"),))] == 0
+        assert lag[("kafka_server_brokertopicmetrics_remotecopylagsegments", (("topic", "tiered-t"),))] == 0
         alter(b.bootstrap, "tiered-t", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
         wait_until(lambda: "tiered storage of tiered-t: DISABLING -> DISABLED" in b.log_text(), timeout=60,
                    what="DISABLED line")
