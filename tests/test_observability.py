@@ -225,7 +225,10 @@ def test_daemon_start_status_stop(tmp_path, cli_env):  # noqa: F811
             os.kill(pid, signal.SIGKILL)  # only if the test failed before stopping it
         except ProcessLookupError:
             pass
-    assert "[KafkaServer id=1] shut down completed" in (data / "broker.log").read_text()
+    log = (data / "broker.log").read_text()
+    assert "[KafkaServer id=1] shut down completed" in log
+    assert re.search(r" INFO kcli.broker.audit: Auto-created topic bg-topic with topic ID \S{22} and 1 partition\(s\) "
+                     r"\(principal User:ANONYMOUS from 127.0.0.1\)", log), log[-3000:]
     for cmd in ("status", "stop"):
         assert_one_line_error(run_kcli(cli_env, "broker", cmd, "--data-dir", str(data)), 1,
                               f"no broker is running on {data}")
