@@ -165,6 +165,25 @@ CASES: dict[str, list[Case]] = {
         # a cluster shares diskless state through PostgreSQL: a per-broker SQLite coordinator is refused
         C("broker", "start", "--data-dir", "{tmp}/b11", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
           "--node-id", "1", "--coordinator", "sqlite:///{tmp}/c.db", needle="--coordinator"),
+        # observability (#18): logging flags, the metrics endpoint, --daemon
+        C("broker", "start", "--data-dir", "{tmp}/b12", "--listen", "127.0.0.1:0", "--log-level", "LOUD", needle="--log-level"),
+        C("broker", "start", "--data-dir", "{tmp}/b13", "--listen", "127.0.0.1:0", "--log-format", "xml", needle="--log-format"),
+        C("broker", "start", "--data-dir", "{tmp}/b14", "--listen", "127.0.0.1:0", "--metrics-listen", "nonsense",
+          needle="--metrics-listen"),
+        C("broker", "start", "--data-dir", "{tmp}/b15", "--listen", "127.0.0.1:0", "--config", "metrics.listen=x:y",
+          needle="metrics.listen"),
+        C("broker", "start", "--data-dir", "{tmp}/b16", "--listen", "nonsense", "--daemon", needle="--listen"),
+        C("broker", "start", "--data-dir", "{data_dir}", "--listen", "127.0.0.1:0", "--daemon", code=1,
+          needle="already running"),
+    ],
+    "broker status": [
+        C("broker", "status", "--bogus", needle="--bogus"),
+        C("broker", "status", "--data-dir", "{tmp}/no-broker-here", code=1, needle="no broker is running"),
+    ],
+    "broker stop": [
+        C("broker", "stop", "--data-dir", "{tmp}/no-broker-here", "--timeout", "0", needle="--timeout"),
+        C("broker", "stop", "--data-dir", "{tmp}/no-broker-here", "--timeout", "soon", needle="--timeout"),
+        C("broker", "stop", "--data-dir", "{tmp}/no-broker-here", code=1, needle="no broker is running"),
     ],
     "broker metrics": [
         C("broker", "metrics", "--bogus", needle="--bogus"),

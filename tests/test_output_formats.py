@@ -45,7 +45,7 @@ DATA_COMMANDS = {
     "produce", "consume", "dump-log",
     "context list", "context show", "context use", "context set", "context delete",
     "topics create", "topics list", "topics describe", "topics alter", "topics delete",
-    "broker metrics", "broker users add", "broker users list", "broker users delete",
+    "broker metrics", "broker status", "broker stop", "broker users add", "broker users list", "broker users delete",
     "diskless describe", "diskless objects", "diskless verify", "diskless gc",
     "runbook validate", "runbook run",
 }
@@ -319,6 +319,13 @@ class World:
     broker: BrokerProcess
     users_file: Path
     files: dict[str, Path] = field(default_factory=dict)
+    spares: dict[str, BrokerProcess] = field(default_factory=dict)
+
+    def spare(self, name: str) -> Path:
+        """The data dir of a broker of its own (started on first use), for `broker stop` to stop."""
+        if name not in self.spares:
+            self.spares[name] = BrokerProcess(self.tmp / f"spare-{name}").start()
+        return self.spares[name].data_dir
 
     @property
     def b(self) -> str:
@@ -431,6 +438,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield w
     finally:
         broker.stop()
+        for spare in w.spares.values():
+            spare.stop()
         mp.undo()
 
 
@@ -503,6 +512,10 @@ CASES = [
          lambda w, f: ["topics", "delete", "--topic", f"gone-{f}", "-b", w.b]),
     Case("broker-metrics", "broker metrics", "kcli broker metrics", lambda w, f: ["broker", "metrics", "-b", w.b],
          volatile=("uptime_ms", "process_cpu_s", "counters", "summaries", "gauges")),
+    Case("broker-status", "broker status", "kcli broker status", lambda w, f: ["broker", "status", "--data-dir", str(w.data)],
+         volatile=("uptime_s",)),
+    Case("broker-stop", "broker stop", "kcli broker stop",
+         lambda w, f: ["broker", "stop", "--data-dir", str(w.spare(f))], volatile=("pid", "seconds")),
     Case("users-add", "broker users add", "kcli broker users add",
          lambda w, f: ["broker", "users", "add", f"new-{f}", "--users-file", str(w.users_file), "--password-stdin"],
          stdin="secret\n"),

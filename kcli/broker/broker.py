@@ -621,6 +621,7 @@ class Broker:
             hook.topic_deleted(t)
         if self.groups is not None:
             self.groups.delete_topic_offsets(t.name, t.topic_id)
+        self.metrics.forget_label("topic", t.name)  # its per-topic series leave the metrics endpoint
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         t = self.state.topics.get(name)

@@ -250,12 +250,24 @@ class KafkaServer:
         connection (Kafka's KafkaApis.handleError: the client can retry or report, and the
         requests pipelined behind this one are still answered)."""
         header = ctx.header
+        started = time.monotonic()
+        try:
+            return await self._answer(fn, ctx, request)
+        finally:  # Kafka's RequestMetrics: per API, counted and timed whatever the outcome
+            labels = {"request": HANDLERS[header.api_key].name}
+            self.broker.metrics.inc_labelled("requests", labels)
+            self.broker.metrics.observe_labelled("request.total_time_ms", labels, (time.monotonic() - started) * 1000)
+
+    async def _answer(self, fn: Any, ctx: RequestContext, request: Any) -> bytes | None:
+        header = ctx.header
         try:
             body = await fn(ctx, request)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # every failure gets an answer
             code, message = handler_error_code(err)
+            self.broker.metrics.inc_labelled("request.errors", {"request": HANDLERS[header.api_key].name,
+                                                                "error": error_name(code)})
             if not isinstance(err, BrokerError):
                 log.error("%s v%d from %s failed; answering %s", HANDLERS[header.api_key].name, header.api_version,
                           ctx.connection.peer, error_name(code), exc_info=err)

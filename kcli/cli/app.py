@@ -40,8 +40,24 @@ def root(
     context: str = typer.Option(None, "--context", help="Named context from the contexts file."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Explain what runs; show tracebacks."),
+    version: bool = typer.Option(False, "--version", callback=lambda v: print_version(v), is_eager=True,
+                                 help="Print kcli's version and exit."),
 ) -> None:
     ctx.obj = GlobalOptions(bootstrap_server=bootstrap_server, context=context, output=output, verbose=verbose)
+
+
+def print_version(value: bool) -> None:
+    """`kcli --version`: the installed distribution's version (eager: runs before any command)."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("kcli-kafka")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        v = "unknown"
+    sys.stdout.write(f"kcli {v}\n")
+    raise typer.Exit(0)
 
 
 for _name in COMMAND_MODULES:

@@ -258,7 +258,8 @@ class Appender:
                 await asyncio.shield(prev)  # strictly in object order
             if upload_error is not None:
                 self.metrics.inc("diskless.upload.errors")
-                log.warning("upload of WAL object %s (%d bytes) failed: %s", key, size, upload_error)
+                log.warning("upload of WAL object %s (%d bytes) failed: %s", key, size, upload_error,
+                            extra={"event": "objectstore.error", "operation": "put", "object_key": key})
                 self._poison()
                 self._fail(buf, KAFKA_STORAGE_ERROR, f"WAL object upload failed: {upload_error}")
                 self.in_flight_keys.discard(key)
@@ -281,7 +282,8 @@ class Appender:
                                                              requests, require_intent=True))
             except Exception as err:  # noqa: BLE001 - coordinator failure of any kind
                 self.metrics.inc("diskless.commit.errors")
-                log.warning("commit of WAL object %s failed: %s", key, err)
+                log.warning("commit of WAL object %s failed: %s", key, err,
+                            extra={"event": "coordinator.error", "operation": "commit", "object_key": key})
                 self._poison()
                 self._fail(buf, REQUEST_TIMED_OUT, f"WAL object commit failed: {err}")
                 self.in_flight_keys.discard(key)  # left in storage: the orphan collector removes it

@@ -458,6 +458,7 @@ class DisklessEngine(BrokerExtension):
         tip = self.tip(t, partition)
         limit = max(0, max_bytes)
         resp = (await self._coord(self.coordinator.find_batches, [FindBatchRequest(tip, offset, limit)], limit))[0]
+        self.metrics.observe("diskless.find.latency_ms", (time.monotonic() - started) * 1000)  # the coordinator's part
         if resp.errors == OFFSET_OUT_OF_RANGE:
             raise OffsetOutOfRange(offset, log_start_offset=resp.log_start_offset,
                                    local_log_start_offset=resp.log_start_offset,
