@@ -1,0 +1,166 @@
+"""Log compaction of diskless partitions (kcli/diskless/compaction.py), against the dict model
+the classic twin uses (tests/test_compaction.py).
+
+Real broker processes, local object store, SQLite coordinator, confluent-kafka clients: 100k
+records over 1k keys with tombstones compacted by the broker's diskless cleaner (survivors key
+by key, offsets unchanged, old objects collected, describe's DirtyRatio, dump-log of the
+rewritten object annotated by the coordinator); a SIGKILL between the upload and the commit of
+a rewrite, and between the commit and the deletion of the old objects; key-less records refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from plugins.coordinator.base import FindBatchRequest
+from plugins.coordinator.sqlite import SqliteBatchCoordinator
+from tests.brokerproc import BrokerProcess
+from tests.diskless_helpers import FAST, local_wal_objects, wait_until
+from tests.diskless_helpers import metrics as broker_metrics
+from tests.kafka_helpers import create_topic, produce
+from tests.test_compaction import (
+    END_KEY,
+    _assert_no_loss_or_duplicate,
+    _compacted_as_modelled,
+    _read_partition,
+    _write_model,
+)
+
+CLEANER = {**FAST, "log.cleaner.backoff.ms": "200"}
+COMPACT = {"diskless.enable": "true", "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+           "delete.retention.ms": "3000"}
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KCLI_")}
+
+
+def _kcli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kcli", *args], check=False, capture_output=True, text=True,
+                          timeout=120, env=ENV)
+
+
+def _coordinator(data_dir: Path) -> SqliteBatchCoordinator:
+    return SqliteBatchCoordinator(data_dir / "diskless" / "coordinator.db", read_only=True)
+
+
+@pytest.fixture(scope="module")
+def dbroker(tmp_path_factory: pytest.TempPathFactory) -> BrokerProcess:
+    b = BrokerProcess(tmp_path_factory.mktemp("dcompaction") / "data", CLEANER).start()
+    yield b
+    b.stop()
+
+
+def test_diskless_broker_compacts_100k_records_over_1k_keys(dbroker: BrokerProcess) -> None:
+    b = dbroker
+    create_topic(b.bootstrap, "dchangelog", 1, COMPACT)
+    latest = _write_model(b.bootstrap, "dchangelog", 100_000, 1000, seed=17)
+    assert any(v is None for _o, v in latest.values()), "the model has no tombstone"
+    records = wait_until(lambda: (r := _read_partition(b.bootstrap, "dchangelog"))
+                         and _compacted_as_modelled(r, latest, tombstones=False) and r,
+                         timeout=180, interval=1.0, what="the diskless partition compacted as modelled")
+    _assert_no_loss_or_duplicate(records, {k: ov for k, ov in latest.items() if ov[1] is not None})
+    counters = broker_metrics(b.bootstrap)["counters"]
+    assert counters["diskless.cleaner.runs"] >= 1 and counters["diskless.cleaner.bytes.written"] > 0
+    assert counters["diskless.cleaner.records.removed"] >= 100_000 - len(records)
+    # offsets are the producer's: the end record is still where it was written, and new writes go on from there
+    assert records[-1][0] == 100_000 and produce(b.bootstrap, "dchangelog", [b"v"], keys=[b"k"], partition=0) == [(0, 100_001)]
+    # the replaced objects are deleted by the file cleaner: what is stored is what the coordinator holds
+    with _coordinator(b.data_dir) as coord:
+        def collected() -> bool:
+            stored = {f"wal/{p.name}" for p in local_wal_objects(b.data_dir)}
+            return stored == {f.object_key for f in coord.describe_files(state="uploaded")}
+        wait_until(collected, timeout=60, interval=0.5, what="old WAL objects collected")
+        (info,) = [i for i in coord.describe_logs() if i.topic_id_partition.topic == "dchangelog"]
+        resp = coord.find_batches([FindBatchRequest(info.topic_id_partition, 0, 1 << 30)], 1 << 30)[0]
+        rewritten = resp.batches[0].object_key
+        assert info.byte_size < 200_000, info  # ~1k surviving records, not 100k
+    # kcli topics describe: the dirty ratio of a compacted diskless topic, as for classic ones
+    run = _kcli("-b", b.bootstrap, "topics", "describe", "-t", "dchangelog")
+    assert run.returncode == 0, run.stderr
+    assert "DirtyRatio: " in run.stdout, run.stdout
+    # dump-log of the rewritten object, annotated by the coordinator: original offsets, gaps between batches
+    obj = b.data_dir / "objects" / rewritten
+    run = _kcli("dump-log", str(obj), "--coordinator", f"sqlite://{b.data_dir / 'diskless' / 'coordinator.db'}",
+                "--print-data-log")
+    assert run.returncode == 0, run.stderr
+    assert "topic: dchangelog partition: 0 assignedBaseOffset: " in run.stdout, run.stdout[:2000]
+    first_key = min((k for k, ov in latest.items() if ov[1] is not None), key=lambda k: latest[k][0])
+    assert f"key: {first_key.decode()} payload: {latest[first_key][1].decode()}" in run.stdout
+
+
+@pytest.mark.parametrize("point", ["diskless.cleaner.uploaded", "diskless.cleaner.committed"])
+def test_kill9_inside_a_diskless_cleaning_then_restart_keeps_the_model(tmp_path: Path, point: str) -> None:
+    """SIGKILL after the rewrite is uploaded but not committed (an orphan: collected by the
+    upload-intent rule), or after the commit before the old objects are deleted (marked: deleted
+    after the grace period): nothing lost, nothing read twice, the cleaner finishes after restart."""
+    switch = tmp_path / "arm"
+    b = BrokerProcess(tmp_path / "data", {**CLEANER, f"kcli.fault.{point}.pause.ms": "30000",
+                                          "kcli.fault.switch.file": str(switch)}).start()
+    try:
+        create_topic(b.bootstrap, "dcrash", 1, {**COMPACT, "delete.retention.ms": "600000"})
+        latest = _write_model(b.bootstrap, "dcrash", 20_000, 300, seed=5)
+        switch.touch()
+        produce(b.bootstrap, "dcrash", [b"again"], keys=[b"key-0000"], partition=0)  # a pass is due at once
+        wait_until(lambda: f"kcli fault point {point}: pausing" in b.log_text(), timeout=90, interval=0.1,
+                   what=f"the diskless cleaner inside {point}")
+        b.kill9()
+        stored = {f"wal/{p.name}" for p in local_wal_objects(b.data_dir)}
+        with _coordinator(b.data_dir) as coord:
+            known = coord.known_object_keys()
+            marked = {f.object_key for f in coord.get_files_to_delete()}
+            intents = {i.object_key for i in coord.list_upload_intents()}
+        if point == "diskless.cleaner.uploaded":
+            debris = (stored - known) & intents  # the rewrite: uploaded, intent recorded, never committed
+        else:
+            debris = marked & stored  # the replaced objects: marked for deletion, still stored
+        assert debris, "the kill left nothing to collect: it missed the window"
+        switch.unlink()
+        b.start()
+        records = _read_partition(b.bootstrap, "dcrash")
+        _assert_no_loss_or_duplicate(records, latest)
+
+        def settled() -> list | None:
+            r = _read_partition(b.bootstrap, "dcrash")
+            body = [x for x in r if x[1] != b"key-0000" or x[2] != b"again"]
+            return r if _compacted_as_modelled(body, latest, tombstones=True) else None
+
+        wait_until(settled, timeout=120, interval=1.0, what="compaction after the restart")
+        # the debris goes by the existing rules (orphan scan / grace period), nothing else is lost
+        wait_until(lambda: not debris & {f"wal/{p.name}" for p in local_wal_objects(b.data_dir)}, timeout=60,
+                   interval=0.5, what="the crash's debris collected")
+        _assert_no_loss_or_duplicate(_read_partition(b.bootstrap, "dcrash"), latest)
+    finally:
+        b.stop()
+
+
+def test_keyless_records_refused_per_record_on_a_compacted_diskless_topic(dbroker: BrokerProcess) -> None:
+    b = dbroker
+    create_topic(b.bootstrap, "dkeyed", 1, {**COMPACT, "cleanup.policy": "compact,delete"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    errors: list = []
+    p.produce("dkeyed", value=b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(30)
+    assert errors and errors[0] is not None and errors[0].name() == "INVALID_RECORD", errors
+    assert produce(b.bootstrap, "dkeyed", [b"v"], keys=[b"k"], partition=0) == [(0, 0)]  # nothing was appended
+    # the wire: Produce v8+ names each refused record
+    from kcli.protocol.client import WireClient
+    from kcli.storage.errors import INVALID_RECORD
+    from tests.wire_helpers import batch, produce_body
+
+    with WireClient(b.bootstrap) as client:
+        pr = client.request(0, 9, produce_body("dkeyed", 0, batch([b"a", b"b"]))).responses[0].partition_responses[0]
+    assert int(pr.error_code) == INVALID_RECORD
+    assert [int(e.batch_index) for e in pr.record_errors] == [0, 1]
+    assert "Compacted topic cannot accept message without key" in pr.record_errors[0].batch_index_error_message
+    # a diskless topic switched to compact later is cleaned too (no longer refused)
+    create_topic(b.bootstrap, "dswitch", 1, {"diskless.enable": "true"})
+    from tests.test_compaction import _alter
+
+    _alter(b.bootstrap, "dswitch", cleanup_policy="compact", min_cleanable_dirty_ratio="0.01")
+    produce(b.bootstrap, "dswitch", [b"a", b"b", b"c"], keys=[b"k", b"k", END_KEY], partition=0)
+    wait_until(lambda: _read_partition(b.bootstrap, "dswitch") == [(1, b"k", b"b"), (2, END_KEY, b"c")],
+               timeout=60, interval=0.5, what="the switched topic compacted")
