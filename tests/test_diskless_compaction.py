@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from plugins.coordinator.base import FindBatchRequest
 from plugins.coordinator.sqlite import SqliteBatchCoordinator
@@ -45,6 +46,26 @@ def _kcli(*args: str) -> subprocess.CompletedProcess:
 
 def _coordinator(data_dir: Path) -> SqliteBatchCoordinator:
     return SqliteBatchCoordinator(data_dir / "diskless" / "coordinator.db", read_only=True)
+
+
+def _read_to_end(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record up to the high watermark, read from offset 0 after the last END_KEY record
+    before it is dropped: only the last END record is kept (as one key, like any other)."""
+    records = _read_partition(bootstrap, topic)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False})
+    try:
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        c.assign([TopicPartition(topic, 0, records[-1][0] + 1)])
+        deadline = time.monotonic() + 30
+        while (not records or records[-1][0] < high - 1) and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                records.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    assert records[-1][0] == high - 1, "did not read up to the high watermark"
+    ends = [r for r in records if r[1] == END_KEY]
+    return [r for r in records if r[1] != END_KEY] + ends[-1:]
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +125,10 @@ def test_kill9_inside_a_diskless_cleaning_then_restart_keeps_the_model(tmp_path:
         create_topic(b.bootstrap, "dcrash", 1, {**COMPACT, "delete.retention.ms": "600000"})
         latest = _write_model(b.bootstrap, "dcrash", 20_000, 300, seed=5)
         switch.touch()
-        produce(b.bootstrap, "dcrash", [b"again"], keys=[b"key-0000"], partition=0)  # a pass is due at once
+        # a pass is due at once; the model gets the new record (a diskless log has no active segment: all is cleanable)
+        ((_p, again), _end) = produce(b.bootstrap, "dcrash", [b"again", b"end"], keys=[b"key-0000", END_KEY],
+                                      partition=0)
+        latest[b"key-0000"] = (again, b"again")
         wait_until(lambda: f"kcli fault point {point}: pausing" in b.log_text(), timeout=90, interval=0.1,
                    what=f"the diskless cleaner inside {point}")
         b.kill9()
@@ -120,19 +144,14 @@ def test_kill9_inside_a_diskless_cleaning_then_restart_keeps_the_model(tmp_path:
         assert debris, "the kill left nothing to collect: it missed the window"
         switch.unlink()
         b.start()
-        records = _read_partition(b.bootstrap, "dcrash")
-        _assert_no_loss_or_duplicate(records, latest)
+        _assert_no_loss_or_duplicate(_read_to_end(b.bootstrap, "dcrash"), latest)
 
-        def settled() -> list | None:
-            r = _read_partition(b.bootstrap, "dcrash")
-            body = [x for x in r if x[1] != b"key-0000" or x[2] != b"again"]
-            return r if _compacted_as_modelled(body, latest, tombstones=True) else None
-
-        wait_until(settled, timeout=120, interval=1.0, what="compaction after the restart")
+        wait_until(lambda: _compacted_as_modelled(_read_to_end(b.bootstrap, "dcrash"), latest, tombstones=True),
+                   timeout=120, interval=1.0, what="compaction after the restart")
         # the debris goes by the existing rules (orphan scan / grace period), nothing else is lost
         wait_until(lambda: not debris & {f"wal/{p.name}" for p in local_wal_objects(b.data_dir)}, timeout=60,
                    interval=0.5, what="the crash's debris collected")
-        _assert_no_loss_or_duplicate(_read_partition(b.bootstrap, "dcrash"), latest)
+        _assert_no_loss_or_duplicate(_read_to_end(b.bootstrap, "dcrash"), latest)
     finally:
         b.stop()
 
@@ -164,3 +183,33 @@ def test_keyless_records_refused_per_record_on_a_compacted_diskless_topic(dbroke
     produce(b.bootstrap, "dswitch", [b"a", b"b", b"c"], keys=[b"k", b"k", END_KEY], partition=0)
     wait_until(lambda: _read_partition(b.bootstrap, "dswitch") == [(1, b"k", b"b"), (2, END_KEY, b"c")],
                timeout=60, interval=0.5, what="the switched topic compacted")
+
+
+def test_a_log_cleaned_to_nothing_keeps_an_empty_last_batch_so_consumers_reach_the_end(dbroker: BrokerProcess) -> None:
+    """Superseded record, then its tombstone past delete.retention.ms: every record goes, the last
+    batch stays empty, and a consumer's position moves to the high watermark."""
+    b = dbroker
+    create_topic(b.bootstrap, "dgone", 1, {**COMPACT, "delete.retention.ms": "500"})
+    produce(b.bootstrap, "dgone", [b"v"], keys=[b"k"], partition=0)
+    produce(b.bootstrap, "dgone", [None], keys=[b"k"], partition=0)
+    with _coordinator(b.data_dir) as coord:
+        def emptied() -> bool:
+            (info,) = [i for i in coord.describe_logs() if i.topic_id_partition.topic == "dgone"]
+            resp = coord.find_batches([FindBatchRequest(info.topic_id_partition, 0, 1 << 30)], 1 << 30)[0]
+            return [(x.metadata.base_offset, x.metadata.last_offset) for x in resp.batches] == [(1, 1)] \
+                and resp.batches[0].metadata.byte_size == 61  # a v2 batch header and no record
+        wait_until(emptied, timeout=60, interval=0.3, what="both records cleaned away")
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    kc = KafkaConsumer(bootstrap_servers=b.bootstrap, enable_auto_commit=False)
+    try:
+        kc.assign([KTP("dgone", 0)])
+        kc.seek(KTP("dgone", 0), 0)
+        deadline = time.monotonic() + 20
+        got = []
+        while time.monotonic() < deadline and kc.position(KTP("dgone", 0)) != 2:
+            got += [m for ms in kc.poll(timeout_ms=200).values() for m in ms]
+        assert got == [] and kc.position(KTP("dgone", 0)) == 2
+    finally:
+        kc.close()

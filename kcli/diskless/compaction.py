@@ -50,6 +50,7 @@ from kcli.storage.cleaner import (
     CleanResult,
     PartitionCleanerState,
     decode_records,
+    encode_batch,
     filter_batch,
 )
 
@@ -243,8 +244,15 @@ class DisklessLogCleaner:
         builder = WalBuilder()
         kept_from: list["BatchInfo"] = []
         changed = False
+        tail = snap.high_watermark - 1
         for b, piece in zip(batches, pieces):
-            kept, verbatim = filter_batch(read_header(piece), piece, offsets, producer_last, now_ms, horizon_new, result)
+            h = read_header(piece)
+            kept, verbatim = filter_batch(h, piece, offsets, producer_last, now_ms, horizon_new, result)
+            if kept is None and b.metadata.last_offset == tail:
+                # The log's last batch stays, empty: a consumer at an offset past every surviving
+                # record then still finds a batch that moves it to the high watermark (a classic
+                # log never cleans its active segment, so there it cannot happen).
+                kept = encode_batch(h, [], None)
             changed = changed or not verbatim
             if kept is not None:
                 builder.add(tip, kept)
