@@ -85,8 +85,8 @@ def test_diskless_broker_compacts_100k_records_over_1k_keys(dbroker: BrokerProce
                          timeout=180, interval=1.0, what="the diskless partition compacted as modelled")
     _assert_no_loss_or_duplicate(records, {k: ov for k, ov in latest.items() if ov[1] is not None})
     counters = broker_metrics(b.bootstrap)["counters"]
-    assert counters["diskless.cleaner.runs"] >= 1 and counters["diskless.cleaner.bytes.written"] > 0
-    assert counters["diskless.cleaner.records.removed"] >= 100_000 - len(records)
+    assert counters["diskless.log.cleaner.runs"] >= 1 and counters["diskless.log.cleaner.bytes.written"] > 0
+    assert counters["diskless.log.cleaner.records.removed"] >= 100_000 - len(records)
     # offsets are the producer's: the end record is still where it was written, and new writes go on from there
     assert records[-1][0] == 100_000 and produce(b.bootstrap, "dchangelog", [b"v"], keys=[b"k"], partition=0) == [(0, 100_001)]
     # the replaced objects are deleted by the file cleaner: what is stored is what the coordinator holds
@@ -113,7 +113,7 @@ def test_diskless_broker_compacts_100k_records_over_1k_keys(dbroker: BrokerProce
     assert f"key: {first_key.decode()} payload: {latest[first_key][1].decode()}" in run.stdout
 
 
-@pytest.mark.parametrize("point", ["diskless.cleaner.uploaded", "diskless.cleaner.committed"])
+@pytest.mark.parametrize("point", ["diskless.log.cleaner.uploaded", "diskless.log.cleaner.committed"])
 def test_kill9_inside_a_diskless_cleaning_then_restart_keeps_the_model(tmp_path: Path, point: str) -> None:
     """SIGKILL after the rewrite is uploaded but not committed (an orphan: collected by the
     upload-intent rule), or after the commit before the old objects are deleted (marked: deleted
@@ -137,7 +137,7 @@ def test_kill9_inside_a_diskless_cleaning_then_restart_keeps_the_model(tmp_path:
             known = coord.known_object_keys()
             marked = {f.object_key for f in coord.get_files_to_delete()}
             intents = {i.object_key for i in coord.list_upload_intents()}
-        if point == "diskless.cleaner.uploaded":
+        if point == "diskless.log.cleaner.uploaded":
             debris = (stored - known) & intents  # the rewrite: uploaded, intent recorded, never committed
         else:
             debris = marked & stored  # the replaced objects: marked for deletion, still stored

@@ -26,8 +26,8 @@ decide when and up to where a log is cleaned. What differs is the storage:
 In a cluster only the controller compacts (as it applies diskless retention); each partition is
 one step of a :class:`TaskGuard` (task ``diskless-log-cleaner``), so one failing partition is
 logged once and backed off while the others are cleaned. Crash windows are fault points
-``diskless.cleaner.uploaded`` (the rewrite is uploaded, not committed) and
-``diskless.cleaner.committed`` (committed, old objects not yet deleted).
+``diskless.log.cleaner.uploaded`` (the rewrite is uploaded, not committed) and
+``diskless.log.cleaner.committed`` (committed, old objects not yet deleted).
 """
 
 from __future__ import annotations
@@ -169,10 +169,10 @@ class DisklessLogCleaner:
             if result is not None:
                 passes += 1
                 m = self.engine.metrics
-                m.inc("diskless.cleaner.runs")
-                m.inc("diskless.cleaner.bytes.read", result.bytes_read)
-                m.inc("diskless.cleaner.bytes.written", result.bytes_written)
-                m.inc("diskless.cleaner.records.removed", result.records_removed)
+                m.inc("diskless.log.cleaner.runs")
+                m.inc("diskless.log.cleaner.bytes.read", result.bytes_read)
+                m.inc("diskless.log.cleaner.bytes.written", result.bytes_written)
+                m.inc("diskless.log.cleaner.records.removed", result.records_removed)
         return passes
 
     async def clean(self, t: "TopicState", partition: int, now_ms: int) -> CleanResult | None:
@@ -271,9 +271,9 @@ class DisklessLogCleaner:
         key = new_object_key()
         coordinator.register_upload_intent(key, engine.broker.node_id, _now_ms())
         storage.upload(key, ChunkStream(chunks), size)
-        faults.pause("diskless.cleaner.uploaded")  # crash tests: uploaded, not committed (an orphan)
+        faults.pause("diskless.log.cleaner.uploaded")  # crash tests: uploaded, not committed (an orphan)
         swapped = coordinator.replace_batches(tip, batches, key, engine.broker.node_id, size, rewrites, _now_ms())
-        faults.pause("diskless.cleaner.committed")  # crash tests: committed, old objects not deleted
+        faults.pause("diskless.log.cleaner.committed")  # crash tests: committed, old objects not deleted
         if not swapped:
             result.aborted = True  # retention or DeleteRecords moved meanwhile: the next round retries
             log.info("%s: compaction swap refused (the log changed meanwhile); retrying next round", tip)
