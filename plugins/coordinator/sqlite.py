@@ -772,6 +772,14 @@ class SqliteBatchCoordinator(BatchCoordinator):
         return self._next_batch_id
 
     @staticmethod
+    def _end_intent(db: sqlite3.Connection, object_key: str, require_intent: bool) -> None:
+        """The upload intent ends with the commit (one primary-key delete in a tiny table);
+        ``require_intent``: refused if it was claimed as an orphan meanwhile."""
+        gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
+        if require_intent and gone:
+            raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+
+    @staticmethod
     def _log_row(db: sqlite3.Connection, topic_id: str, partition: int) -> tuple | None:
         """(log_id, topic_name, log_start_offset, high_watermark, byte_size) or None."""
         return db.execute(
@@ -865,10 +873,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             first_batch_id = batch_id = self._batch_counter(db)
             idempotent = max(map(_PRODUCER_ID, batches), default=-1) >= 0
             producers = self._producers.loaded(db, now) if idempotent else {}
-            # The upload intent ends with the commit (one primary-key delete in a tiny table).
-            gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
-            if require_intent and gone:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            self._end_intent(db, object_key, require_intent)
             try:
                 file_id = db.execute(
                     "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
@@ -1445,9 +1450,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         check_replacement(tip, replaced, batches, file_size)
         with self._tx() as db:
             self._forget_logs()  # the log's byte size changes below
-            gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
-            if require_intent and gone:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            self._end_intent(db, object_key, require_intent)
             try:
                 file_id = db.execute(
                     "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
