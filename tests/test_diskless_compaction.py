@@ -253,3 +253,28 @@ def test_only_the_controller_compacts_in_a_cluster_on_postgresql(broker_factory,
                    timeout=120, interval=1.0, what=f"the partition compacted, read through {b.bootstrap}")
     runs = [int(broker_metrics(b.bootstrap)["counters"].get("diskless.log.cleaner.runs", 0)) for b in brokers]
     assert sorted(runs)[0] == 0 and sorted(runs)[1] >= 1, runs  # one broker, the controller, cleaned
+
+
+def test_one_partition_whose_cleaning_fails_does_not_stop_the_others(tmp_path: Path) -> None:
+    """The WAL objects of one compacted topic vanish from the store: its passes fail (logged once,
+    backed off, counted), the other topic is compacted all the same."""
+    b = BrokerProcess(tmp_path / "data", {**CLEANER, "diskless.fetch.cache.max.bytes": "0"}).start()
+    try:
+        for name in ("dbad", "dgood"):
+            create_topic(b.bootstrap, name, 1, {**COMPACT, "min.cleanable.dirty.ratio": "0.9"})
+        for name in ("dbad", "dgood"):  # one produce each: objects are not shared between the topics
+            produce(b.bootstrap, name, [b"1", b"2"], keys=[b"k", b"k"], partition=0)
+        with _coordinator(b.data_dir) as coord:
+            (bad,) = [i.topic_id_partition for i in coord.describe_logs() if i.topic_id_partition.topic == "dbad"]
+            keys = {x.object_key for x in coord.find_batches([FindBatchRequest(bad, 0, 1 << 30)], 1 << 30)[0].batches}
+        for key in keys:
+            (b.data_dir / "objects" / key).unlink()
+        for name in ("dbad", "dgood"):  # now due: dirty ratio 1.0 >= 0.9
+            produce(b.bootstrap, name, [b"3"], keys=[END_KEY], partition=0)
+        wait_until(lambda: _read_partition(b.bootstrap, "dgood") == [(1, b"k", b"2"), (2, END_KEY, b"3")],
+                   timeout=60, interval=0.5, what="the good topic compacted")
+        failures = broker_metrics(b.bootstrap)["counters"].get("background.task.failures{task=diskless-log-cleaner}", 0)
+        assert failures >= 1
+        assert b.log_text().count("diskless-log-cleaner of dbad-0 failed") == 1, b.log_text()[-3000:]
+    finally:
+        b.stop()
