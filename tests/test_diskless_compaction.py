@@ -106,6 +106,9 @@ def test_diskless_broker_compacts_100k_records_over_1k_keys(dbroker: BrokerProce
         resp = coord.find_batches([FindBatchRequest(info.topic_id_partition, 0, 1 << 30)], 1 << 30)[0]
         rewritten = resp.batches[0].object_key
         assert info.byte_size < 200_000, info  # ~1k surviving records, not 100k
+    # every committed batch (rewrites included) matches its object: byte range, header, CRC
+    run = _kcli("-b", b.bootstrap, "diskless", "verify")
+    assert run.returncode == 0, run.stdout + run.stderr
     # kcli topics describe: the dirty ratio of a compacted diskless topic, as for classic ones
     run = _kcli("-b", b.bootstrap, "topics", "describe", "-t", "dchangelog")
     assert run.returncode == 0, run.stderr

@@ -126,6 +126,7 @@ class DisklessLogCleaner:
         self.max_map_bytes = cfg.get_int("log.cleaner.dedupe.buffer.size")
         self.guard = TaskGuard("diskless-log-cleaner", engine.metrics, log)
         self.states: dict[tuple[Any, int], PartitionCleanerState] = {}
+        self.in_flight_keys: set[str] = set()  # a rewrite uploading or committing: no orphan yet
 
     # ---- what is compacted -----------------------------------------------------------------
     def compacted_partitions(self) -> list[tuple["TopicState", int]]:
@@ -269,10 +270,14 @@ class DisklessLogCleaner:
             for ref, b in zip(refs, kept_from)
         ]
         key = new_object_key()
-        coordinator.register_upload_intent(key, engine.broker.node_id, _now_ms())
-        storage.upload(key, ChunkStream(chunks), size)
-        faults.pause("diskless.log.cleaner.uploaded")  # crash tests: uploaded, not committed (an orphan)
-        swapped = coordinator.replace_batches(tip, batches, key, engine.broker.node_id, size, rewrites, _now_ms())
+        self.in_flight_keys.add(key)
+        try:
+            coordinator.register_upload_intent(key, engine.broker.node_id, _now_ms())
+            storage.upload(key, ChunkStream(chunks), size)
+            faults.pause("diskless.log.cleaner.uploaded")  # crash tests: uploaded, not committed (an orphan)
+            swapped = coordinator.replace_batches(tip, batches, key, engine.broker.node_id, size, rewrites, _now_ms())
+        finally:  # a failed upload or commit leaves an orphan (intent, no commit) for the file cleaner
+            self.in_flight_keys.discard(key)
         faults.pause("diskless.log.cleaner.committed")  # crash tests: committed, old objects not deleted
         if not swapped:
             result.aborted = True  # retention or DeleteRecords moved meanwhile: the next round retries

@@ -146,7 +146,7 @@ class DisklessEngine(BrokerExtension):
         self.cleaner = FileCleaner(
             storage=storage, coordinator=coordinator, io_pool=self.io_pool,
             coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
-            in_flight_keys=lambda: set(self.appender.in_flight_keys) if self.appender else set(),
+            in_flight_keys=self.in_flight_keys,
             on_deleted=self._on_objects_deleted, prefix_check=self._prefix_claim.ensure,
         )
         for info in logs:
@@ -177,6 +177,11 @@ class DisklessEngine(BrokerExtension):
         check_coordinator(coordinator, b.cluster_id, unknown, used_before=bool(used_before), prefix_owner=owner)
         if read:
             retrying(self._prefix_claim.ensure, f"claiming object store {storage.describe()}")
+
+    def in_flight_keys(self) -> set[str]:
+        """Objects being uploaded or committed by this broker (produce, compaction): not orphans."""
+        keys = set(self.log_cleaner.in_flight_keys)
+        return keys | self.appender.in_flight_keys if self.appender is not None else keys
 
     def _ensure_open(self) -> None:
         if self.coordinator is not None:
