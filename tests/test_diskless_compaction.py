@@ -5,7 +5,9 @@ Real broker processes, local object store, SQLite coordinator, confluent-kafka c
 records over 1k keys with tombstones compacted by the broker's diskless cleaner (survivors key
 by key, offsets unchanged, old objects collected, describe's DirtyRatio, dump-log of the
 rewritten object annotated by the coordinator); a SIGKILL between the upload and the commit of
-a rewrite, and between the commit and the deletion of the old objects; key-less records refused.
+a rewrite, and between the commit and the deletion of the old objects; key-less records refused;
+a log cleaned to nothing; failure isolation per partition; two brokers on PostgreSQL, where only
+the controller compacts.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def _coordinator(data_dir: Path) -> SqliteBatchCoordinator:
 
 
 def _read_to_end(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
-    """Every record up to the high watermark, read from offset 0 after the last END_KEY record
-    before it is dropped: only the last END record is kept (as one key, like any other)."""
+    """Every record up to the high watermark (``_read_partition`` stops at the first END_KEY
+    record; the crash test writes a second one after it). Of the END_KEY records only the last is
+    returned: they are the test's markers, not part of the model."""
     records = _read_partition(bootstrap, topic)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False})
     try:
