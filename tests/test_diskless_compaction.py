@@ -74,7 +74,8 @@ def _read_to_end(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | N
 
 @pytest.fixture(scope="module")
 def dbroker(tmp_path_factory: pytest.TempPathFactory) -> BrokerProcess:
-    b = BrokerProcess(tmp_path_factory.mktemp("dcompaction") / "data", CLEANER).start()
+    # --verbose: INFO lines (each swap is logged with its sizes)
+    b = BrokerProcess(tmp_path_factory.mktemp("dcompaction") / "data", CLEANER, ["--verbose"]).start()
     yield b
     b.stop()
 
@@ -284,3 +285,24 @@ def test_one_partition_whose_cleaning_fails_does_not_stop_the_others(tmp_path: P
         assert b.log_text().count("diskless-log-cleaner of dbad-0 failed") == 1, b.log_text()[-3000:]
     finally:
         b.stop()
+
+
+def test_a_pass_rewrites_in_groups_of_at_most_segment_bytes(dbroker: BrokerProcess) -> None:
+    """Each rewritten object holds at most segment.bytes of the old batches (Kafka's grouping),
+    so neither memory nor object size grows with the partition."""
+    import re
+
+    b = dbroker
+    create_topic(b.bootstrap, "dgroups", 1, {**COMPACT, "segment.bytes": "4096"})
+    keys = [b"key-%02d" % (i % 20) for i in range(3000)]
+    values = [b"value-%05d" % i for i in range(3000)]
+    acks = produce(b.bootstrap, "dgroups", values, keys=keys, partition=0, **{"batch.size": 1000})
+    latest = {k: (o, v) for k, v, (_p, o) in zip(keys, values, acks)}
+    produce(b.bootstrap, "dgroups", [b"end"], keys=[END_KEY], partition=0)
+    wait_until(lambda: _compacted_as_modelled(_read_partition(b.bootstrap, "dgroups"), latest, tombstones=True),
+               timeout=90, interval=0.5, what="dgroups compacted as modelled")
+    swaps = [(int(written), int(read)) for written, read in
+             re.findall(r"dgroups-0: compacted offsets \d+\.\.\d+ into WAL object \S+ \((\d+) bytes from (\d+)\)",
+                        b.log_text())]
+    assert len(swaps) >= 2, swaps
+    assert all(read <= 4096 and written <= 4097 for written, read in swaps), swaps  # + the version byte

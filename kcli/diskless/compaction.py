@@ -14,11 +14,13 @@ decide when and up to where a log is cleaned. What differs is the storage:
   batches are cleanable (``min.compaction.lag.ms`` keeps records longer where wanted);
 - the checkpoint lives in the batch coordinator (:meth:`BatchCoordinator.cleaner_checkpoint`),
   so whichever broker is the controller resumes where the last one stopped;
-- a pass reads every batch below the first uncleanable offset, rewrites them (each keeps its
-  base offset and lastOffsetDelta; a batch left empty disappears, leaving a gap) into ONE new WAL
-  object — upload intent first, as every upload — and swaps them in with
+- a pass maps the dirty batches' keys, then reads every batch below the map's end in groups of
+  at most ``segment.bytes`` (as Kafka groups segments), rewrites each group (each batch keeps its
+  base offset and lastOffsetDelta; a batch left empty disappears, leaving a gap) into one new WAL
+  object — upload intent first, as every upload — and swaps it in with
   :meth:`BatchCoordinator.replace_batches`: one coordinator transaction that refuses if
-  retention or DeleteRecords changed the range meanwhile. Batches committed after the pass read
+  retention or DeleteRecords changed the range meanwhile (the pass stops; the next one retries).
+  Memory holds the key map and one group. Batches committed after the pass read
   the log are not touched. Old objects left without live batches are marked for deletion and go
   by the file cleaner's rules (grace period: fetches that found the old coordinates just before
   the swap still read them); a rewrite that was uploaded but never committed is an orphan.
@@ -96,6 +98,21 @@ def cleanable_range(snap: LogSnapshot, min_lag_ms: int, max_lag_ms: int, now_ms:
         stamps = [md.timestamp for md in dirty if md.timestamp >= 0]
         must = bool(stamps) and now_ms - min(stamps) > max_lag_ms
     return CleanableRange(first_dirty, uncleanable, clean_bytes, dirty_bytes, must)
+
+
+def batch_groups(batches: list["BatchInfo"], max_bytes: int) -> list[list["BatchInfo"]]:
+    """Consecutive batches whose sizes sum to at most ``max_bytes`` (``segment.bytes``, as Kafka
+    groups segments to clean), at least one batch each: what one pass reads and writes at once."""
+    groups: list[list["BatchInfo"]] = []
+    size = 0
+    for b in batches:
+        if groups and size + b.metadata.byte_size <= max_bytes:
+            groups[-1].append(b)
+            size += b.metadata.byte_size
+        else:
+            groups.append([b])
+            size = b.metadata.byte_size
+    return groups
 
 
 def read_log(engine: "DisklessEngine", tip: "TopicIdPartition") -> LogSnapshot:
@@ -189,49 +206,69 @@ class DisklessLogCleaner:
         in_range = [b for b in snap.batches if b.metadata.last_offset < rng.first_uncleanable]
         if not (due or force) or not in_range:
             return None
-        assert engine.reader is not None
-        data = await engine.reader.assemble(in_range, 0)  # offsets written in, as a fetch gets them
-        pieces, pos = [], 0
-        for b in in_range:
-            pieces.append(bytes(data[pos:pos + b.metadata.byte_size]))
-            pos += b.metadata.byte_size
-        offsets, end = self._offset_map(in_range, pieces, rng)
-        n = sum(1 for b in in_range if b.metadata.last_offset < end)  # a prefix: batches are in offset order
-        result = CleanResult(rng.first_dirty, end, rng.ratio, bytes_read=len(data))
-        await asyncio.get_running_loop().run_in_executor(
-            engine.io_pool, self._rewrite, tip, config, in_range[:n], pieces[:n], offsets, snap, now_ms, result)
+        result = CleanResult(rng.first_dirty, rng.first_dirty, rng.ratio)
+        offsets, result.end_offset = await self._offset_map(in_range, rng, config.segment_bytes, result)
+        todo = [b for b in in_range if b.metadata.last_offset < result.end_offset]
+        loop = asyncio.get_running_loop()
+        for group in batch_groups(todo, config.segment_bytes):  # one rewritten object per group
+            pieces = await self._read(group, result)
+            await loop.run_in_executor(engine.io_pool, self._rewrite, tip, config, group, pieces, offsets, snap,
+                                       now_ms, result)
+            if result.aborted:
+                break
         if not result.aborted:
             state.delete_horizon = result.delete_horizon
-            await engine._coord(engine.coordinator.set_cleaner_checkpoint, tip, end)  # type: ignore[union-attr]
+            await engine._coord(engine.coordinator.set_cleaner_checkpoint, tip,  # type: ignore[union-attr]
+                                result.end_offset)
         return result
 
-    def _offset_map(self, batches: list["BatchInfo"], pieces: list[bytes],
-                    rng: CleanableRange) -> tuple[dict[bytes, int], int]:
-        """Kafka's buildOffsetMap over the dirty batches, until the keys cost ``max_map_bytes``
-        (at least one batch is mapped): returns (key → latest offset, the pass's end offset)."""
+    async def _read(self, batches: list["BatchInfo"], result: CleanResult) -> list[bytes]:
+        """The batches' bytes as a fetch gets them (offsets written in), one piece per batch."""
+        assert self.engine.reader is not None
+        data = await self.engine.reader.assemble(batches, 0)
+        result.bytes_read += len(data)
+        pieces, pos = [], 0
+        for b in batches:
+            pieces.append(bytes(data[pos:pos + b.metadata.byte_size]))
+            pos += b.metadata.byte_size
+        return pieces
+
+    async def _offset_map(self, batches: list["BatchInfo"], rng: CleanableRange, group_bytes: int,
+                          result: CleanResult) -> tuple[dict[bytes, int], int]:
+        """Kafka's buildOffsetMap over the dirty batches, read a group at a time, until the keys
+        cost ``max_map_bytes`` (at least one batch is mapped): (key → latest offset, the pass's end)."""
         offsets: dict[bytes, int] = {}
-        cost = 0
-        end = rng.first_dirty
-        for b, piece in zip(batches, pieces):
-            md = b.metadata
-            if md.last_offset < rng.first_dirty:
-                continue
-            if offsets and cost >= self.max_map_bytes:
+        cost, end, full = 0, rng.first_dirty, False
+        loop = asyncio.get_running_loop()
+        for group in batch_groups([b for b in batches if b.metadata.last_offset >= rng.first_dirty], group_bytes):
+            pieces = await self._read(group, result)
+            cost, end, full = await loop.run_in_executor(self.engine.io_pool, self._map_group, offsets, group,
+                                                         pieces, rng.first_dirty, cost, end)
+            if full:
                 break
+        return offsets, end
+
+    def _map_group(self, offsets: dict[bytes, int], group: list["BatchInfo"], pieces: list[bytes],
+                   first_dirty: int, cost: int, end: int) -> tuple[int, int, bool]:
+        """Add one group's keys to the map (worker thread: decoding is CPU); returns (cost, end,
+        whether the map is full)."""
+        for b, piece in zip(group, pieces):
+            if offsets and cost >= self.max_map_bytes:
+                return cost, end, True
             if not read_header(piece).is_control:
                 for rec in decode_records(piece):
-                    if rec.key is not None and rec.offset >= rng.first_dirty:
+                    if rec.key is not None and rec.offset >= first_dirty:
                         if rec.key not in offsets:
                             cost += len(rec.key) + MAP_ENTRY_OVERHEAD
                         offsets[rec.key] = rec.offset
-            end = md.last_offset + 1
-        return offsets, end
+            end = b.metadata.last_offset + 1
+        return cost, end, False
 
     def _rewrite(self, tip: "TopicIdPartition", config: "LogConfig", batches: list["BatchInfo"],
                  pieces: list[bytes], offsets: dict[bytes, int], snap: LogSnapshot, now_ms: int,
                  result: CleanResult) -> None:
-        """Filter the batches, upload the survivors as one WAL object and swap it in (worker
-        thread: the fault points sleep). Sets ``result.aborted`` when the swap was refused."""
+        """Filter one group of batches, upload the survivors as one WAL object and swap it in
+        (worker thread: the fault points sleep). Sets ``result.aborted`` when the swap was refused."""
         from plugins.coordinator.base import BatchMetadata
 
         engine = self.engine
@@ -283,8 +320,8 @@ class DisklessLogCleaner:
             result.aborted = True  # retention or DeleteRecords moved meanwhile: the next round retries
             log.info("%s: compaction swap refused (the log changed meanwhile); retrying next round", tip)
             return
-        result.bytes_written = size
-        result.segments_swapped = 1
+        result.bytes_written += size
+        result.segments_swapped += 1
         log.info("%s: compacted offsets %d..%d into WAL object %s (%d bytes from %d)", tip,
                  batches[0].metadata.base_offset, batches[-1].metadata.last_offset, key, size,
                  sum(b.metadata.byte_size for b in batches))
