@@ -306,3 +306,54 @@ def test_a_pass_rewrites_in_groups_of_at_most_segment_bytes(dbroker: BrokerProce
                         b.log_text())]
     assert len(swaps) >= 2, swaps
     assert all(read <= 4096 and written <= 4097 for written, read in swaps), swaps  # + the version byte
+
+
+def test_a_fetch_holding_old_coordinates_still_reads_the_replaced_object(tmp_path: Path) -> None:
+    """Coordinates found just before a swap stay readable: the replaced object is only marked, and
+    the broker's file cleaner deletes it once the grace period since the swap has passed (real
+    SQLite coordinator, local object store, FileCleaner)."""
+    import asyncio
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kcli.broker.metrics import Metrics
+    from kcli.diskless.cleaner import FileCleaner
+    from kcli.diskless.wal import WalBuilder, commit_batch_requests
+    from kcli.dumplog.synth import build_batch
+    from plugins.coordinator.base import BatchMetadata, CreateTopicAndPartitionsRequest, TopicIdPartition
+    from plugins.objectstore.base import ByteRange
+    from plugins.objectstore.local import LocalObjectStorage
+
+    storage = LocalObjectStorage(tmp_path / "objects")
+    coord = SqliteBatchCoordinator(tmp_path / "coordinator.db")
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tip.topic_id, "t", 1)])
+    builder = WalBuilder()
+    for i in range(3):
+        builder.add(tip, build_batch([(b"k", b"v%d" % i, [])], 0))
+    data, refs = builder.build()
+    storage.upload("wal/old", data, len(data))
+    coord.commit_file("wal/old", 1, len(data), commit_batch_requests(refs))
+    old = coord.find_batches([FindBatchRequest(tip, 0, 1 << 20)], 1 << 20)[0].batches  # a fetch's coordinates
+    last = old[-1]
+    rewritten = bytes(data[last.metadata.byte_offset:last.metadata.byte_offset + last.metadata.byte_size])
+    storage.upload("wal/new", b"\x00" + rewritten, 1 + len(rewritten))
+    coord.register_upload_intent("wal/new", 1, 0)
+    md = last.metadata
+    swap_ms = int(time.time() * 1000)
+    assert coord.replace_batches(tip, old, "wal/new", 1, 1 + len(rewritten), [BatchMetadata(
+        tip, 1, md.byte_size, md.base_offset, md.last_offset, md.log_append_timestamp, md.batch_max_timestamp,
+        md.timestamp_type, md.producer_id, md.producer_epoch, md.base_sequence, md.last_sequence)], swap_ms)
+    grace = 60_000
+    with ThreadPoolExecutor(2) as io, ThreadPoolExecutor(1) as cp:
+        cleaner = FileCleaner(storage=storage, coordinator=coord, io_pool=io, coordinator_pool=cp, metrics=Metrics(),
+                              grace_ms=grace, in_flight_keys=set, on_deleted=lambda keys: None)
+        report = asyncio.run(cleaner.run_once(orphans=False, now_ms=swap_ms + grace - 1))
+        assert report.waiting == ["wal/old"] and report.deleted == []
+        for b in old:  # the fetch that found the old coordinates reads them all
+            got = storage.fetch("wal/old", ByteRange(b.metadata.byte_offset, b.metadata.byte_size))
+            assert got == data[b.metadata.byte_offset:b.metadata.byte_offset + b.metadata.byte_size]
+        report = asyncio.run(cleaner.run_once(orphans=False, now_ms=swap_ms + grace))
+        assert report.deleted == ["wal/old"]
+    assert [p.name for p in (tmp_path / "objects" / "wal").iterdir()] == ["new"]
+    coord.close()
