@@ -491,21 +491,18 @@ class Broker:
                 raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
             if not self.config.get_bool("remote.log.storage.system.enable"):
                 raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
-        self._check_compaction(out, diskless, topic)
+        self._check_compaction(out, topic)
         return out
 
-    def _check_compaction(self, out: dict[str, str], diskless: bool, topic: TopicState | None) -> None:
-        """cleanup.policy=compact (kcli/storage/cleaner.py) is for classic topics: refused on
-        diskless topics for now, and with remote storage as Kafka refuses it."""
+    def _check_compaction(self, out: dict[str, str], topic: TopicState | None) -> None:
+        """cleanup.policy=compact (kcli/storage/cleaner.py, kcli/diskless/compaction.py): refused
+        with remote storage, as Kafka refuses it."""
         old = topic.configs if topic is not None else {}
         policy = out.get("cleanup.policy", old.get("cleanup.policy"))
         if policy is None:
             policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
         if "compact" not in policy.split(","):
             return
-        if diskless:
-            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported on diskless topics yet "
-                                              "(kcli compacts classic topics only); use delete")
         if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
             raise BrokerError(INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
 
