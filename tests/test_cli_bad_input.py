@@ -136,7 +136,6 @@ CASES: dict[str, list[Case]] = {
         O("topics", "alter", "-t", TIERED, "--disable-tiering", "--policy", "shred", needle="retain, delete"),
         O("topics", "alter", "-t", DISKLESS, "--enable-tiering", needle="diskless"),
         O("topics", "alter", "-t", DISKLESS, "--config", "diskless.enable=false", needle="diskless.enable"),
-        O("topics", "alter", "-t", DISKLESS, "--config", "cleanup.policy=compact", needle="compact"),
     ],
     "topics delete": [
         C("topics", "delete", needle="--topic"),
