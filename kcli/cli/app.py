@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "kcli.cli.context_cmd",
     "kcli.cli.topics",
     "kcli.cli.clients",
+    "kcli.cli.groups_cmd",
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
