@@ -14,14 +14,14 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
 from kcli.ops.connection import Admin, Connection, admin
-from kcli.ops.topics import _metadata, validate_topic_name
+from kcli.ops.topics import _metadata, _tp_key, list_offsets, validate_topic_name
 
 # confluent-kafka's ConsumerGroupState names → the names Kafka's tools print.
 _STATES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
@@ -239,29 +239,6 @@ def parse_offsets_csv(text: str, source: str) -> list[tuple[str | None, str, int
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def _tp_key(tp: TopicPartition) -> tuple[str, int]:
-    return tp.topic, tp.partition
-
-
-def list_offsets(client: Admin, partitions: Iterable[tuple[str, int]], spec: Any,
-                 strict: bool = False) -> dict[tuple[str, int], int | None]:
-    """ListOffsets for each partition with one OffsetSpec; an unanswerable partition maps to None
-    (or, with ``strict``, raises its error). A timestamp with no record after it answers -1."""
-    wanted = sorted(set(partitions))
-    if not wanted:
-        return {}
-    futures = client.list_offsets({TopicPartition(t, p): spec for t, p in wanted}, request_timeout=client.timeout_s)
-    out: dict[tuple[str, int], int | None] = {}
-    for tp, fut in futures.items():
-        try:
-            out[_tp_key(tp)] = client.wait(fut, f"topic '{tp.topic}' partition {tp.partition}").offset
-        except KafkaApiError:
-            if strict:
-                raise
-            out[_tp_key(tp)] = None
-    return out
 
 
 def _committed(client: Admin, group: str) -> dict[tuple[str, int], int]:
