@@ -52,7 +52,7 @@ for _name in COMMAND_MODULES:
 _GLOBAL_FLAGS = {"-v", "--verbose"}
 _GLOBAL_VALUED = {"-o", "--output", "--context", "-b", "--bootstrap-server"}
 # Options of sub-commands whose value may itself look like a global option.
-_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files"}
+_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files", "--format", "-f", "--header", "-H"}
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
