@@ -45,6 +45,7 @@ DATA_COMMANDS = {
     "produce", "consume", "dump-log",
     "context list", "context show", "context use", "context set", "context delete",
     "topics create", "topics list", "topics describe", "topics alter", "topics delete",
+    "groups list", "groups describe", "groups delete", "groups reset-offsets", "groups delete-offsets",
     "broker metrics", "broker users add", "broker users list", "broker users delete",
     "diskless describe", "diskless objects", "diskless verify", "diskless gc",
     "runbook validate", "runbook run",
@@ -319,6 +320,7 @@ class World:
     broker: BrokerProcess
     users_file: Path
     files: dict[str, Path] = field(default_factory=dict)
+    member: Any = None  # LiveMember of group "live"
 
     @property
     def b(self) -> str:
@@ -390,6 +392,15 @@ def _build(w: World) -> None:
     w.files.update(segment=segment, damaged=damaged, txn=txn,
                    empty_index=w.data / "shrunk-0" / "00000000000000000000.index")
     # contexts, users, runbooks
+    # consumer groups: offsets only (billing, retired, gone-*) and one with a live member
+    from confluent_kafka import Consumer, TopicPartition
+
+    for group, offsets in [("billing", [("orders", 0, 2), ("sink", 0, 0)]), ("retired", [("sink", 0, 0)])] + \
+            [(f"gone-{fmt}", [("orders", 0, 1)]) for fmt in FORMATS]:
+        committer = Consumer({"bootstrap.servers": b, "group.id": group})
+        committer.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+        committer.close()
+    w.member = LiveMember(b, "live", "orders")
     ok("context", "set", "base", "-b", b, "--property", "client.id=kcli-docs")
     for fmt in FORMATS:
         ok("context", "set", f"old-{fmt}", "-b", b)
@@ -405,6 +416,33 @@ def _build(w: World) -> None:
         "  - diskless.describe: {topic: dl}\n")
     w.files["bad-runbook"] = w.tmp / "bad.yaml"
     w.files["bad-runbook"].write_text("steps:\n  - topics.create: {topic: x, partitions: three}\n  - bogus: 1\n")
+
+
+class LiveMember:
+    """A confluent-kafka consumer in a group, polling in a thread until closed."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        import threading
+
+        from confluent_kafka import Consumer
+
+        self.stop = threading.Event()
+        assigned = threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "docs-app",
+                                  "enable.auto.commit": False})
+        self.consumer.subscribe([topic], on_assign=lambda c, parts: assigned.set())
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert assigned.wait(60), "the live member was never assigned"
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.2)
+        self.consumer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
 
 
 @pytest.fixture(scope="module")
@@ -423,6 +461,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     })
     started = time.monotonic()
     broker.start()
+    w = None
     try:
         w = World(tmp, broker, tmp / "users")
         up = time.monotonic()
@@ -430,6 +469,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         sys.stderr.write(f"broker start {up - started:.1f}s, setup {time.monotonic() - up:.1f}s\n")
         yield w
     finally:
+        if w is not None and w.member is not None:
+            w.member.close()
         broker.stop()
         mp.undo()
 
@@ -501,6 +542,15 @@ CASES = [
          lambda w, f: ["topics", "alter", "--topic", "tiered", "--enable-tiering", "-b", w.b]),
     Case("topics-delete", "topics delete", "kcli topics delete",
          lambda w, f: ["topics", "delete", "--topic", f"gone-{f}", "-b", w.b]),
+    Case("groups-list", "groups list", "kcli groups list", lambda w, f: ["groups", "list", "-b", w.b]),
+    Case("groups-describe", "groups describe", "kcli groups describe",
+         lambda w, f: ["groups", "describe", "--group", "billing", "--group", "live", "-b", w.b]),
+    Case("groups-delete", "groups delete", "kcli groups delete",
+         lambda w, f: ["groups", "delete", "--group", f"gone-{f}", "-b", w.b]),
+    Case("groups-reset-offsets", "groups reset-offsets", "kcli groups reset-offsets",
+         lambda w, f: ["groups", "reset-offsets", "--group", "billing", "--all-topics", "--to-earliest", "-b", w.b]),
+    Case("groups-delete-offsets", "groups delete-offsets", "kcli groups delete-offsets",
+         lambda w, f: ["groups", "delete-offsets", "--group", "retired", "--topic", "sink", "-b", w.b]),
     Case("broker-metrics", "broker metrics", "kcli broker metrics", lambda w, f: ["broker", "metrics", "-b", w.b],
          volatile=("uptime_ms", "process_cpu_s", "counters", "summaries", "gauges")),
     Case("users-add", "broker users add", "kcli broker users add",
