@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_cli import assert_one_line_error, run_kcli
+from tests.test_output_formats import kcli as run_inproc
 
 BROKER = {
     "remote.log.storage.system.enable": "true",
@@ -122,8 +123,10 @@ class Member:
 
 def wait_state(env: dict[str, str], group: str, state: str, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
-    while True:
-        desc = json.loads(ok(env, "groups", "describe", "--group", group, "-o", "json"))[0]
+    while True:  # polled in this process: a new interpreter per poll would dominate
+        proc = run_inproc("groups", "describe", "--group", group, "-o", "json", "-b", env["KCLI_BOOTSTRAP_SERVER"])
+        assert proc.returncode == 0, proc.stderr
+        desc = json.loads(proc.stdout)[0]
         if desc["state"] == state:
             return desc
         assert time.monotonic() < deadline, f"group {group} stayed {desc['state']}, not {state}"
@@ -206,8 +209,10 @@ def test_reset_offsets_every_way_plan_then_execute(env: dict[str, str], broker: 
     commit(b, group, {(topic, 0): 4, (topic, 1): 2})
 
     def plan(*args: str, execute: bool) -> dict[tuple[str, int], int]:
+        # kcli's real entry point in this process (as tests/test_output_formats.py): 22 runs
+        # would otherwise spend most of their time starting interpreters
         flags = ["--execute"] if execute else []
-        proc = kcli(env, "groups", "reset-offsets", "--group", group, *args, *flags)
+        proc = run_inproc("groups", "reset-offsets", "--group", group, *args, *flags, "-b", b)
         assert proc.returncode == 0, (args, proc.stderr)
         lines = proc.stdout.splitlines()
         assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
