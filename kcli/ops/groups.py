@@ -332,7 +332,8 @@ def describe_groups(conn: Connection, groups: Sequence[str]) -> list[GroupDescri
         rows = []
         for tp in partitions:
             current, end, member = committed.get(tp), ends.get(tp), owner.get(tp)
-            lag = max(end - current, 0) if current is not None and end is not None else None
+            # as Kafka's tool: negative when the committed offset is past the log end (truncation)
+            lag = end - current if current is not None and end is not None else None
             rows.append(PartitionOffsets(tp[0], tp[1], current, end, lag,
                                          member.member_id if member else None, member.host if member else None,
                                          member.client_id if member else None))

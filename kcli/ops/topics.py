@@ -338,7 +338,9 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
         except KafkaApiError as err:
             raise (_not_found(name) if _is_unknown_topic(err) else err) from None
     configs = _describe_configs(client, names)
-    every = [(n, p.id) for n in names for p in described[n].partitions]
+    # only partitions with a live leader: librdkafka would retry the others until the timeout
+    every = [(n, p.id) for n in names for p in described[n].partitions
+             if p.leader is not None and p.leader.id >= 0 and p.leader.host]
     starts = list_offsets(client, every, OffsetSpec.earliest())
     ends = list_offsets(client, every, OffsetSpec.latest())
     tiered = [(n, p) for n in names if topic_kind({k: e.value for k, e in configs.get(n, {}).items()}) == TopicKind.tiered
