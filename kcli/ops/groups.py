@@ -20,7 +20,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
-from kcli.ops.connection import Admin, Connection, admin
+from kcli.ops.connection import Admin, Connection, admin, to_kcli_error
 from kcli.ops.topics import _metadata, _tp_key, list_offsets, validate_topic_name
 
 # confluent-kafka's ConsumerGroupState names → the names Kafka's tools print.
@@ -436,8 +436,6 @@ def plan_reset(conn: Connection, req: ResetRequest) -> ResetResult:
         answer = client.wait(futures[req.group], f"group '{req.group}'")
         for tp in answer.topic_partitions or []:
             if tp.error is not None:
-                from kcli.ops.connection import to_kcli_error
-
                 raise to_kcli_error(tp.error, f"group '{req.group}' {tp.topic}-{tp.partition}")
     return ResetResult(req.group, req.execute, plan)
 
