@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "kcli.cli.context_cmd",
     "kcli.cli.topics",
     "kcli.cli.clients",
+    "kcli.cli.groups_cmd",
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
@@ -67,7 +68,7 @@ for _name in COMMAND_MODULES:
 _GLOBAL_FLAGS = {"-v", "--verbose"}
 _GLOBAL_VALUED = {"-o", "--output", "--context", "-b", "--bootstrap-server"}
 # Options of sub-commands whose value may itself look like a global option.
-_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files"}
+_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files", "--format", "-f", "--header", "-H"}
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
