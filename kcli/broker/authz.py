@@ -336,17 +336,30 @@ async def _describe_cluster(az: Authz, req: Any, call: Call) -> dict[str, Any] |
     return body
 
 
-def _cluster_gate(op: int) -> Gate:
-    async def gate(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-        if not az.cluster(op):
-            return az.error_body(req, CLUSTER_DENIED, AUTHZ_FAILED)
-        return await call(req)
-
-    return gate
+def _denied(code: int, **fields: Any) -> dict[str, Any]:
+    return {"error_code": code, "error_message": AUTHZ_FAILED, **fields}
 
 
-register_gate(50, 29)(_cluster_gate(Op.DESCRIBE))  # DescribeUserScramCredentials, DescribeAcls
-register_gate(51, 30, 31)(_cluster_gate(Op.ALTER))  # AlterUserScramCredentials, CreateAcls, DeleteAcls
+# The entries of a refused SCRAM or ACL request, one per entry of the request (Kafka's
+# getErrorResponse; their arrays do not mirror the request's, so the schema cannot say).
+_CLUSTER_DENIALS: dict[int, tuple[int, Callable[[Any], dict[str, Any]]]] = {
+    50: (Op.DESCRIBE, lambda req: {"error_code": CLUSTER_DENIED, "error_message": AUTHZ_FAILED, "results": [
+        _denied(CLUSTER_DENIED, user=u.name, credential_infos=[]) for u in req.users or ()]}),
+    51: (Op.ALTER, lambda req: {"results": [_denied(CLUSTER_DENIED, user=u.name)
+                                            for u in (*req.deletions, *req.upsertions)]}),
+    29: (Op.DESCRIBE, lambda req: _denied(CLUSTER_DENIED, resources=[])),
+    30: (Op.ALTER, lambda req: {"results": [_denied(CLUSTER_DENIED) for _ in req.creations]}),
+    31: (Op.ALTER, lambda req: {"filter_results": [_denied(CLUSTER_DENIED, matching_acls=[]) for _ in req.filters]}),
+}
+
+
+@register_gate(*_CLUSTER_DENIALS)
+async def _cluster_api(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """SCRAM credentials and ACLs: DESCRIBE or ALTER on the cluster."""
+    op, denial = _CLUSTER_DENIALS[az.ctx.header.api_key]
+    if not az.cluster(op):
+        return {"throttle_time": 0, **denial(req)}
+    return await call(req)
 
 
 # ---- topic administration -----------------------------------------------------------------------
