@@ -459,3 +459,13 @@ def test_acls_apply_on_every_broker_of_a_cluster(broker_factory, tmp_path, pg_da
                 break
             assert time.monotonic() < deadline
             time.sleep(0.3)
+
+
+def test_every_api_has_an_authorization_check():
+    """An API without a gate is refused to all but super users; a new API needs its check in
+    kcli/broker/authz.py (register_gate), mirroring the operation Kafka's KafkaApis checks."""
+    from kcli.broker.authz import GATES, OPEN_APIS
+    from kcli.broker.dispatch import load_all_handlers
+
+    unchecked = sorted(h.name for k, h in load_all_handlers().items() if k not in GATES and k not in OPEN_APIS)
+    assert not unchecked, f"APIs without an authorization check (kcli/broker/authz.py register_gate): {unchecked}"

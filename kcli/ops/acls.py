@@ -17,12 +17,13 @@ from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
 )
 
-from kcli.errors import UsageError
-from kcli.ops.connection import Connection, admin
+from kcli.errors import KafkaApiError, UsageError
+from kcli.ops.connection import Admin, Connection, admin
 
 CLUSTER_NAME = "kafka-cluster"
 # kafka-acls.sh's operation names (case-insensitive; "DescribeConfigs" or "describe_configs")
@@ -186,7 +187,25 @@ def list_acls(conn: Connection, sel: AclSelection, principal: str | None = None)
         for b in client.wait(client.describe_acls(flt, request_timeout=conn.timeout_s), "ACLs"):
             acl = _to_acl(b)
             seen[tuple(vars(acl).values())] = acl
+    if not seen:
+        _check_authorizer(conn, client)
     return _sorted(list(seen.values()))
+
+
+def _check_authorizer(conn: Connection, client: Admin) -> None:
+    """librdkafka drops DescribeAcls' error code: SECURITY_DISABLED (no authorizer) would look like
+    "no ACLs". An empty answer is therefore checked against the broker's authorizer.class.name."""
+    brokers = client.list_topics(timeout=conn.timeout_s).brokers
+    if not brokers:
+        return
+    resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+    try:
+        configs = client.wait(client.describe_configs([resource], request_timeout=conn.timeout_s)[resource], "broker configs")
+    except KafkaApiError:
+        return  # e.g. no DESCRIBE_CONFIGS on the cluster: the empty answer stands
+    entry = configs.get("authorizer.class.name")
+    if entry is not None and not entry.value:
+        raise KafkaApiError("SECURITY_DISABLED", "No Authorizer is configured.", 54)
 
 
 def delete_acls(conn: Connection, sel: AclSelection) -> list[Acl]:
