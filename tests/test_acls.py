@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     AclPermissionType,
     AdminClient,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -37,7 +38,7 @@ from tests.brokerproc import BrokerProcess
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - fixture
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
-USERS = ("admin", "alice", "bob")
+USERS = ("admin", "alice", "bob", "carol")
 AUTHZ = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
          "super.users": "User:admin", "group.initial.rebalance.delay.ms": "0"}
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
@@ -172,6 +173,12 @@ def login(c: WireClient, user: str) -> WireClient:
     return c
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _close_admin_clients() -> Iterator[None]:
+    yield
+    _ADMINS.clear()  # their brokers are gone: stop them reconnecting for the rest of the session
+
+
 @pytest.fixture(scope="module")
 def authz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acls")
@@ -245,7 +252,14 @@ def test_admin_apis_answer_per_entry(authz_broker):
     allow(bs, "User:alice", AclOperation.CREATE, ResourceType.TOPIC, "alice-", ResourcePatternType.PREFIXED)
     fs = alice.create_topics([NewTopic("alice-1", 1, 1), NewTopic("nope-1", 1, 1)])
     assert code_of(fs["alice-1"]) == 0 and code_of(fs["nope-1"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    for user, shown in (("alice", False), ("admin", True)):  # the new topic's configs only with DESCRIBE_CONFIGS
+        with WireClient(bs) as c:
+            r = login(c, user).request(19, 7, {"topics": [{"name": f"alice-by-{user}", "num_partitions": 1,
+                                                           "replication_factor": 1, "assignments": [], "configs": []}],
+                                               "timeout": 10000, "validate_only": False})
+            assert (int(r.topics[0].error_code), r.topics[0].configs is not None) == (0, shown)
     assert code_of(alice.delete_topics(["orders"], operation_timeout=10)["orders"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert code_of(alice.create_partitions([NewPartitions("orders", 2)])["orders"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     res = alice.describe_configs([ConfigResource("topic", "orders"), ConfigResource("broker", "1")])
     codes = {r.name: code_of(f) for r, f in res.items()}
     assert codes == {"orders": KafkaError.TOPIC_AUTHORIZATION_FAILED, "1": KafkaError.CLUSTER_AUTHORIZATION_FAILED}
@@ -261,14 +275,16 @@ def test_admin_apis_answer_per_entry(authz_broker):
                                      "principal_filter": None, "host_filter": None, "operation": 1,
                                      "permission_type": 1}).error_code) == CLUSTER_DENIED
         assert int(c.request(60, 0, {"include_cluster_authorized_operations": True}).error_code) == CLUSTER_DENIED
-        # an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic: alice has WRITE
-        assert int(c.request(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-                                     "producer_epoch": -1}).error_code) == 0
+    idempotent = {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
+    with WireClient(bs) as c:  # an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        login(c, "carol")  # carol may write nowhere
+        assert int(c.request(22, 4, idempotent).error_code) == CLUSTER_DENIED
+        allow(bs, "User:carol", AclOperation.IDEMPOTENT_WRITE, ResourceType.BROKER, "kafka-cluster")
+        assert int(c.request(22, 4, idempotent).error_code) == 0
     with WireClient(bs) as c:
         login(c, "bob")
         allow(bs, "User:bob", AclOperation.WRITE, ResourceType.TOPIC, "logs-", ResourcePatternType.PREFIXED)
-        assert int(c.request(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-                                     "producer_epoch": -1}).error_code) == 0
+        assert int(c.request(22, 4, idempotent).error_code) == 0
         # transactional ids: DESCRIBE to find the coordinator, WRITE to init
         assert int(c.request(10, 3, {"key": "tx-1", "key_type": 1}).error_code) == TXN_DENIED
         assert int(c.request(22, 4, {"transactional_id": "tx-1", "transaction_timeout": 60000, "producer_id": -1,
@@ -349,25 +365,25 @@ def test_acl_apis_filters_and_cli(authz_broker, cli_env):  # noqa: F811
     def kcli(*args: str) -> Any:
         return run_kcli(cli_env, "--context", "adm", "acls", *args)
 
-    out = kcli("create", "--allow-principal", "User:carol", "--operation", "Read", "--operation", "Describe",
+    out = kcli("create", "--allow-principal", "User:dave", "--operation", "Read", "--operation", "Describe",
                "--topic", "cli-", "--resource-pattern-type", "prefixed", "-o", "json")
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == 2
-    assert kcli("create", "--allow-principal", "User:carol", "--operation", "Read", "--group", "cli-group").returncode == 0
-    allow(bs, "User:carol", AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, "*")
+    assert kcli("create", "--allow-principal", "User:dave", "--operation", "Read", "--group", "cli-group").returncode == 0
+    allow(bs, "User:dave", AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, "*")
     # match: every ACL that applies to the name: the prefix, and the literal "*"
-    listed = json.loads(kcli("list", "--topic", "cli-x", "--resource-pattern-type", "match", "--principal", "User:carol",
+    listed = json.loads(kcli("list", "--topic", "cli-x", "--resource-pattern-type", "match", "--principal", "User:dave",
                              "-o", "json").stdout)
     assert {(a["resource_name"], a["operation"]) for a in listed} == {("cli-", "READ"), ("cli-", "DESCRIBE"),
                                                                      ("*", "DESCRIBE_CONFIGS")}
-    table = kcli("list", "--principal", "User:carol").stdout
+    table = kcli("list", "--principal", "User:dave").stdout
     assert "cli-group" in table and "PRINCIPAL" in table
     assert_one_line_error(kcli("create", "--allow-principal", "carol", "--topic", "x"), 2, "TYPE:NAME")
     assert_one_line_error(kcli("create", "--allow-principal", "User:c", "--group", "g", "--operation", "Write"), 2, "Write")
     gone = json.loads(kcli("delete", "--topic", "cli-", "--resource-pattern-type", "prefixed", "--operation", "Read",
                            "-o", "json").stdout)
     assert [(a["resource_name"], a["operation"]) for a in gone] == [("cli-", "READ")]
-    left = admin_of(bs).describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:carol",
+    left = admin_of(bs).describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:dave",
                                                        None, AclOperation.ANY, AclPermissionType.ANY)).result(15)
     assert {(b.name, b.operation) for b in left} == {("cli-", AclOperation.DESCRIBE), ("cli-group", AclOperation.READ),
                                                      ("*", AclOperation.DESCRIBE_CONFIGS)}

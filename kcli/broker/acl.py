@@ -217,19 +217,28 @@ class Authorizer:
     another broker of the cluster wrote apply as soon as this broker has caught up."""
 
     def __init__(self, acls: Callable[[], Mapping[str, AclBinding]], super_users: Iterable[str] = (),
-                 allow_everyone_if_no_acl_found: bool = False) -> None:
+                 allow_everyone_if_no_acl_found: bool = False, version: Callable[[], int] | None = None) -> None:
+        """``version`` (optional) changes whenever the ACLs do: the lookup index is rebuilt only then."""
         self._acls = acls
+        self._version = version
+        self._indexed: tuple[int, _AclIndex] | None = None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_everyone_if_no_acl_found
+
+    def _index(self) -> _AclIndex:
+        if self._version is None:
+            return _AclIndex(self._acls().values())
+        v = self._version()
+        if self._indexed is None or self._indexed[0] != v:
+            self._indexed = (v, _AclIndex(self._acls().values()))
+        return self._indexed[1]
 
     def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
         """May ``principal`` connecting from ``host`` do ``operation`` on the named resource?"""
         if principal in self.super_users:
             return True
         found_resource_acl = allowed = False
-        for acl in self._acls().values():
-            if acl.resource_type != resource_type or not _pattern_applies(acl, name):
-                continue
+        for acl in self._index().applying(resource_type, name):
             found_resource_acl = True
             result = _entry_result(acl, principal, host, operation)
             if result is PermissionType.DENY:
@@ -268,6 +277,29 @@ class Authorizer:
         return operations_bits(op for op in ops if self.authorize(principal, host, op, resource_type, name))
 
 
+class _AclIndex:
+    """The ACLs by resource type and pattern name, so that a decision looks up the ACLs that
+    apply to one name (its literal, the literal ``*``, its prefixes) instead of scanning all."""
+
+    def __init__(self, acls: Iterable[AclBinding]) -> None:
+        self.by_pattern: dict[tuple[int, int, str], list[AclBinding]] = {}
+        self.prefix_lengths: dict[int, set[int]] = {}
+        for a in acls:
+            self.by_pattern.setdefault((a.resource_type, a.pattern_type, a.resource_name), []).append(a)
+            if a.pattern_type == PatternType.PREFIXED:
+                self.prefix_lengths.setdefault(a.resource_type, set()).add(len(a.resource_name))
+
+    def applying(self, resource_type: int, name: str) -> list[AclBinding]:
+        get = self.by_pattern.get
+        out = list(get((resource_type, PatternType.LITERAL, name), ()))
+        if name != WILDCARD:
+            out += get((resource_type, PatternType.LITERAL, WILDCARD), ())
+        for n in self.prefix_lengths.get(resource_type, ()):
+            if n <= len(name):
+                out += get((resource_type, PatternType.PREFIXED, name[:n]), ())
+        return out
+
+
 def operations_bits(ops: Iterable[int]) -> int:
     bits = 0
     for op in ops:
@@ -278,12 +310,6 @@ def operations_bits(ops: Iterable[int]) -> int:
 def all_operations_bits(resource_type: int) -> int:
     """Every supported operation: what Kafka reports when no authorizer is configured."""
     return operations_bits(SUPPORTED_OPERATIONS.get(ResourceType(resource_type), ()))
-
-
-def _pattern_applies(acl: AclBinding, name: str) -> bool:
-    if acl.pattern_type == PatternType.LITERAL:
-        return acl.resource_name == name or acl.resource_name == WILDCARD
-    return acl.pattern_type == PatternType.PREFIXED and name.startswith(acl.resource_name)
 
 
 def _entry_result(acl: AclBinding, principal: str, host: str, operation: int) -> PermissionType | None:
@@ -318,7 +344,8 @@ def parse_super_users(value: str) -> list[str]:
     return out
 
 
-def authorizer_from_config(config: Any, acls: Callable[[], Mapping[str, AclBinding]]) -> Authorizer | None:
+def authorizer_from_config(config: Any, acls: Callable[[], Mapping[str, AclBinding]],
+                           version: Callable[[], int] | None = None) -> Authorizer | None:
     """The broker's authorizer, or None when ``authorizer.class.name`` is empty (everything allowed).
     A malformed ``super.users`` raises ConfigError, so the broker refuses to start."""
     from kcli.broker.configs import ConfigError
@@ -329,4 +356,4 @@ def authorizer_from_config(config: Any, acls: Callable[[], Mapping[str, AclBindi
         supers = parse_super_users(config.get_str("super.users"))
     except AclError as err:
         raise ConfigError(f"Invalid value {config.get_str('super.users')} for configuration super.users: {err}") from None
-    return Authorizer(acls, supers, config.get_bool("allow.everyone.if.no.acl.found"))
+    return Authorizer(acls, supers, config.get_bool("allow.everyone.if.no.acl.found"), version)

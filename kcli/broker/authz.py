@@ -198,20 +198,26 @@ async def split(az: Authz, req: Any, call: Call, array: str, code_of: Callable[[
     else:
         if int(getattr(req, "acks", -1)) == 0:
             return None
-        body = _clear_top_level({k: v for k, v in az.error_body(dataclasses.replace(req, **{array: ()}), 0).items()})
+        body = _clear_top_level(az.error_body(dataclasses.replace(req, **{array: ()}), 0))
     return _merge(body, errors)
 
 
-def _topic(az: Authz, op: int) -> Callable[[Any], int]:
+def _topic(az: Authz, op: int, pass_unknown: bool = False) -> Callable[[Any], int]:
+    """0 when the entry's topic allows ``op``, else TOPIC_AUTHORIZATION_FAILED. With
+    ``pass_unknown``, an entry naming no known topic (an unknown id) goes to the handler, which
+    answers UNKNOWN_TOPIC_ID."""
     def code(entry: Any) -> int:
-        return 0 if az.allowed(op, RT.TOPIC, _entry_name(az, entry)) else TOPIC_DENIED
+        name = _entry_name(az, entry)
+        if name is None and pass_unknown:
+            return 0
+        return 0 if az.allowed(op, RT.TOPIC, name) else TOPIC_DENIED
 
     return code
 
 
 def _entry_name(az: Authz, entry: Any) -> str | None:
-    """A request entry's topic name; resolved from its topic id where it has only that. An unknown
-    id gives "" so the entry passes to the handler, which answers UNKNOWN_TOPIC_ID."""
+    """A request entry's topic name; resolved from its topic id where it has only that (None for
+    an unknown id)."""
     if isinstance(entry, str):
         return entry
     for field in ("name", "topic", "topic_name"):
@@ -227,15 +233,12 @@ def _entry_name(az: Authz, entry: Any) -> str | None:
     return None
 
 
-def _topic_passing_unknown(az: Authz, op: int) -> Callable[[Any], int]:
-    """As :func:`_topic`, but an entry naming no known topic (an unknown id) goes to the handler."""
-    def code(entry: Any) -> int:
-        name = _entry_name(az, entry)
-        if name is None:
-            return 0
-        return 0 if az.allowed(op, RT.TOPIC, name) else TOPIC_DENIED
+def _topic_gate(array: str, op: int, message: str | None = None, pass_unknown: bool = False) -> Gate:
+    """A request whose ``array`` lists topics, each needing ``op``."""
+    async def gate(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+        return await split(az, req, call, array, _topic(az, op, pass_unknown), message)
 
-    return code
+    return gate
 
 
 # ---- produce, fetch, offsets --------------------------------------------------------------------
@@ -248,19 +251,10 @@ async def _produce(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
     return await split(az, req, call, "topic_data", _topic(az, Op.WRITE))
 
 
-@register_gate(1)
-async def _fetch(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-    return await split(az, req, call, "topics", _topic_passing_unknown(az, Op.READ))
-
-
-@register_gate(2)
-async def _list_offsets(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-    return await split(az, req, call, "topics", _topic(az, Op.DESCRIBE))
-
-
-@register_gate(21)
-async def _delete_records(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-    return await split(az, req, call, "topics", _topic(az, Op.DELETE))
+register_gate(1)(_topic_gate("topics", Op.READ, pass_unknown=True))  # Fetch
+register_gate(2)(_topic_gate("topics", Op.DESCRIBE))  # ListOffsets
+register_gate(21)(_topic_gate("topics", Op.DELETE))  # DeleteRecords
+register_gate(37, 32001)(_topic_gate("topics", Op.ALTER, AUTHZ_FAILED))  # CreatePartitions, DeletePartitions
 
 
 @register_gate(22)
@@ -367,20 +361,22 @@ async def _cluster_api(az: Authz, req: Any, call: Call) -> dict[str, Any] | None
 
 @register_gate(19)
 async def _create_topics(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """CREATE on the cluster or on each topic; the new topic's configs are shown only with
+    DESCRIBE_CONFIGS on it, as Kafka (whose topic_config_error_code is a tagged field kcli never writes)."""
     if az.cluster(Op.CREATE):
-        return await call(req)
-    return await split(az, req, call, "topics", _topic(az, Op.CREATE), AUTHZ_FAILED)
+        body = await call(req)
+    else:
+        body = await split(az, req, call, "topics", _topic(az, Op.CREATE), AUTHZ_FAILED)
+    for t in (body or {}).get("topics") or []:
+        if not t.get("error_code") and not az.allowed(Op.DESCRIBE_CONFIGS, RT.TOPIC, t.get("name")):
+            t["configs"] = None
+    return body
 
 
 @register_gate(20)
 async def _delete_topics(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
     array = "topics" if az.version >= 6 else "topic_names"
-    return await split(az, req, call, array, _topic_passing_unknown(az, Op.DELETE), AUTHZ_FAILED)
-
-
-@register_gate(37)
-async def _create_partitions(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-    return await split(az, req, call, "topics", _topic(az, Op.ALTER), AUTHZ_FAILED)
+    return await split(az, req, call, array, _topic(az, Op.DELETE, pass_unknown=True), AUTHZ_FAILED)
 
 
 def _config_resource(az: Authz, op: int) -> Callable[[Any], int]:
@@ -403,11 +399,6 @@ async def _describe_configs(az: Authz, req: Any, call: Call) -> dict[str, Any] |
 @register_gate(33, 44)
 async def _alter_configs(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
     return await split(az, req, call, "resources", _config_resource(az, Op.ALTER_CONFIGS), AUTHZ_FAILED)
-
-
-@register_gate(32001)
-async def _delete_partitions(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
-    return await split(az, req, call, "topics", _topic(az, Op.ALTER), AUTHZ_FAILED)
 
 
 def _kcli_admin_gate(op: int) -> Gate:

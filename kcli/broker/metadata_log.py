@@ -168,6 +168,7 @@ class ClusterState:
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
     # ACLs by record id (AccessControlEntryRecord); the authorizer reads them (kcli/broker/acl.py)
     acls: dict[str, AclBinding] = field(default_factory=dict)
+    acls_version: int = 0  # bumped by every ACL record: the authorizer re-indexes then
 
     def scram_credential(self, user: str, mechanism_type: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, {}).get(mechanism_type)
@@ -245,8 +246,10 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
             state.scram_credentials.pop(d["name"], None)
     elif kind == "AccessControlEntryRecord":
         state.acls[d["id"]] = AclBinding.from_record_data(d)
+        state.acls_version += 1
     elif kind == "RemoveAccessControlEntryRecord":
         state.acls.pop(d["id"], None)  # tolerant: two brokers of a cluster may remove it concurrently
+        state.acls_version += 1
     else:
         raise MetadataLogError(f"unknown metadata record type {kind}")
 
