@@ -33,7 +33,6 @@ CLUSTER_DENIED = int(ErrorCode.cluster_authorization_failed)  # 31
 TXN_DENIED = int(ErrorCode.transactional_id_authorization_failed)  # 53
 AUTHZ_FAILED = "Authorization failed."  # Kafka's message for admin API entries
 AUTHORIZED_OPS_OMITTED = -2147483648
-DENIED_CODE = {RT.TOPIC: TOPIC_DENIED, RT.GROUP: GROUP_DENIED, RT.CLUSTER: CLUSTER_DENIED, RT.TRANSACTIONAL_ID: TXN_DENIED}
 
 Call = Callable[[Any], Awaitable[dict[str, Any] | None]]
 Gate = Callable[["Authz", Any, Call], Awaitable[dict[str, Any] | None]]

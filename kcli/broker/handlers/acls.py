@@ -102,7 +102,7 @@ async def create_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "results": results}
 
 
-def _matching(acl_id: str, acl: AclBinding) -> dict[str, Any]:
+def _matching(acl: AclBinding) -> dict[str, Any]:
     return {"error_code": 0, "error_message": None, "resource_type": acl.resource_type,
             "resource_name": acl.resource_name, "pattern_type": acl.pattern_type, "principal": acl.principal,
             "host": acl.host, "operation": acl.operation, "permission_type": acl.permission_type}
@@ -128,7 +128,7 @@ async def delete_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
                    if i not in deleted and flt.matches(a)]
         deleted.update(i for i, _ in matches)
         results.append({"error_code": 0, "error_message": None,
-                        "matching_acls": [_matching(i, a) for i, a in matches]})
+                        "matching_acls": [_matching(a) for _, a in matches]})
     if deleted:
         try:
             ctx.broker.metadata.append([record("RemoveAccessControlEntryRecord", id=i) for i in sorted(deleted)])
