@@ -25,6 +25,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from kcli.broker.acl import AclBinding as KAcl
@@ -122,7 +125,8 @@ def users_file(root: Path) -> Path:
 
 
 def broker_configs(root: Path, **extra: str) -> dict[str, str]:
-    return {"sasl.enabled.mechanisms": "PLAIN", "sasl.plain.users.file": str(users_file(root)), **AUTHZ, **extra}
+    return {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256", "sasl.plain.users.file": str(users_file(root)), **AUTHZ,
+            **extra}
 
 
 def conf(bootstrap: str, user: str) -> dict[str, str]:
@@ -328,6 +332,21 @@ def test_groups_need_group_acls(authz_broker):
     assert [tp.offset for tp in offsets.topic_partitions] == [1] or offsets.topic_partitions[0].offset >= 1
 
 
+def test_scram_users_are_principals_too(authz_broker):
+    bs = authz_broker.bootstrap
+    upsert = UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"erin-pw")
+    admin_of(bs).alter_user_scram_credentials([upsert])["erin"].result(15)  # ALTER on the cluster: a super user
+    erin = {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "erin", "sasl.password": "erin-pw"}
+    [err] = produce_errors(bs, "erin", "orders", **erin)
+    assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    allow(bs, "User:erin", AclOperation.WRITE, ResourceType.TOPIC, "orders")
+    assert produce_errors(bs, "erin", "orders", **erin) == [None]
+    # and bob, no super user, may not manage SCRAM credentials
+    bob_upsert = UserScramCredentialUpsertion("bob2", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"x")
+    assert code_of(admin_of(bs, "bob").alter_user_scram_credentials([bob_upsert])["bob2"]) == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
 def test_kafka_python_and_kcat(authz_broker):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.errors import TopicAuthorizationFailedError
@@ -336,6 +355,7 @@ def test_kafka_python_and_kcat(authz_broker):
     kp = dict(bootstrap_servers=bs, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
               sasl_plain_username="alice", sasl_plain_password="alice-pw")
     allow(bs, "User:alice", AclOperation.READ, ResourceType.TOPIC, "orders")
+    allow(bs, "User:alice", AclOperation.WRITE, ResourceType.TOPIC, "orders")  # also lets it be idempotent
     prod = KafkaProducer(**kp)
     try:
         prod.send("orders", b"from-kafka-python").get(timeout=20)
@@ -348,6 +368,25 @@ def test_kafka_python_and_kcat(authz_broker):
         assert b"from-kafka-python" in [m.value for m in cons]
     finally:
         cons.close()
+    # kafka-python's admin client speaks CreateAcls / DescribeAcls / DeleteAcls too
+    from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, KafkaAdminClient,
+                             ResourcePattern, ResourcePatternFilter)
+    from kafka.admin import ResourceType as KpResourceType
+
+    kadmin = KafkaAdminClient(**{**kp, "sasl_plain_username": "admin", "sasl_plain_password": "admin-pw"})
+    try:
+        kacl = ACL("User:frank", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                   ResourcePattern(KpResourceType.TOPIC, "kp-", ACLResourcePatternType.PREFIXED))
+        assert kadmin.create_acls([kacl])["failed"] == []
+        flt = ACLFilter("User:frank", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                        ResourcePatternFilter(KpResourceType.ANY, None, ACLResourcePatternType.ANY))
+        described, error = kadmin.describe_acls(flt)
+        assert error.errno == 0 and [(a.resource_pattern.resource_name, a.operation) for a in described] == \
+            [("kp-", ACLOperation.READ)]
+        [(_, deleted, error)] = kadmin.delete_acls([flt])
+        assert error.errno == 0 and len(deleted) == 1
+    finally:
+        kadmin.close()
     kcat = ["kcat", "-b", bs, "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN",
             "-X", "sasl.username=bob", "-X", "sasl.password=bob-pw", "-L", "-J"]
     listed = json.loads(subprocess.run(kcat, capture_output=True, text=True, timeout=30, check=True).stdout)
