@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -215,8 +223,7 @@ def test_prefixed_acls_and_metadata_hides_topics(authz_broker):
     assert admin_of(bs, "bob").list_topics("other", timeout=15).topics["other"].error.code() == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     # with the authorized operations asked for (Metadata v8+/v10+): what bob may do on logs-app
-    described = admin_of(bs, "bob").describe_topics(
-        __import__("confluent_kafka").TopicCollection(["logs-app"]), include_authorized_operations=True)
+    described = admin_of(bs, "bob").describe_topics(TopicCollection(["logs-app"]), include_authorized_operations=True)
     ops = set(described["logs-app"].result(15).authorized_operations)
     assert ops == {AclOperation.WRITE, AclOperation.DESCRIBE}
 
@@ -327,9 +334,8 @@ def test_groups_need_group_acls(authz_broker):
     desc = bob.describe_consumer_groups(["bob-group"], include_authorized_operations=True)["bob-group"].result(15)
     assert set(desc.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
     assert code_of(bob.delete_consumer_groups(["bob-group"])["bob-group"]) == KafkaError.GROUP_AUTHORIZATION_FAILED
-    offsets = admin.list_consumer_group_offsets(
-        [__import__("confluent_kafka").ConsumerGroupTopicPartitions("bob-group")])["bob-group"].result(15)
-    assert [tp.offset for tp in offsets.topic_partitions] == [1] or offsets.topic_partitions[0].offset >= 1
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("bob-group")])["bob-group"].result(15)
+    assert offsets.topic_partitions[0].offset >= 1  # bob's commit went through
 
 
 def test_scram_users_are_principals_too(authz_broker):
