@@ -297,6 +297,24 @@ CASES: dict[str, list[Case]] = {
         O("users", "delete", "nobody", "--mechanism", "SHA1", code=2, needle="SHA1"),
         O("users", "delete", "nobody"),
     ],
+    "acls list": [
+        O("acls", "list", needle="SECURITY_DISABLED"),  # the matrix broker has no authorizer
+        O("acls", "list", "--principal", "alice", code=2, needle="TYPE:NAME"),
+        O("acls", "list", "--topic", "t", "--resource-pattern-type", "regex", code=2, needle="regex"),
+    ],
+    "acls create": [
+        O("acls", "create", "--topic", "t", code=2, needle="--allow-principal"),
+        O("acls", "create", "--allow-principal", "User:a", code=2, needle="--topic"),
+        O("acls", "create", "--allow-principal", "User:a", "--topic", "t", "--operation", "Fly", code=2, needle="Fly"),
+        O("acls", "create", "--allow-principal", "User:a", "--topic", "t", "--resource-pattern-type", "match", code=2,
+          needle="match"),
+        O("acls", "create", "--allow-principal", "User:a", "--cluster", "--operation", "Read", code=2, needle="Read"),
+        O("acls", "create", "--allow-principal", "User:a", "--topic", "t", needle="SECURITY_DISABLED"),
+    ],
+    "acls delete": [
+        O("acls", "delete", code=2, needle="--topic"),
+        O("acls", "delete", "--topic", "t", needle="SECURITY_DISABLED"),
+    ],
     "runbook validate": [
         C("runbook", "validate", needle="FILE"),
         C("runbook", "validate", "{tmp}/missing.yaml", needle="missing.yaml", problem_lines=True),

@@ -200,6 +200,10 @@ class Broker:
 
         faults.configure(config.prefixed("kcli.fault."))  # crash-test pause points; ConfigError if bad
         self.sasl_enabled = self.sasl is not None
+        from kcli.broker.acl import authorizer_from_config
+
+        # None: every request allowed, as without authorizer.class.name in Kafka (kcli/broker/authz.py)
+        self.authorizer = authorizer_from_config(config, lambda: self.state.acls, lambda: self.state.acls_version)
         self.advertised_host = host
         self.advertised_port = port
         self._lock_fd: int | None = None

@@ -252,6 +252,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication.", at_least(1)),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, "Delay before answering a failed authentication.", at_least(0)),
+    ConfigDef("authorizer.class.name", "string", "", "The authorizer: empty (everything allowed) or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer (ACLs in the cluster metadata).",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")),
+    ConfigDef("super.users", "string", "", "Principals the authorizer always allows, e.g. User:admin;User:ops."),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False,
+              "With an authorizer: allow every principal on resources that no ACL names."),
 )
 
 

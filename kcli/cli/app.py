@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
+    "kcli.cli.acls_cmd",
     "kcli.cli.dumplog",
     "kcli.cli.diskless_cmd",
     "kcli.cli.runbook_cmd",
