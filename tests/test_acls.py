@@ -47,6 +47,7 @@ from kcli.broker.sasl import UsersFile, hash_password
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - fixture
+from tests.test_output_formats import assert_documented
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
 USERS = ("admin", "alice", "bob", "carol")
@@ -414,11 +415,13 @@ def test_acl_apis_filters_and_cli(authz_broker, cli_env):  # noqa: F811
                "--topic", "cli-", "--resource-pattern-type", "prefixed", "-o", "json")
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == 2
+    assert_documented("kcli acls create", json.loads(out.stdout))
     assert kcli("create", "--allow-principal", "User:dave", "--operation", "Read", "--group", "cli-group").returncode == 0
     allow(bs, "User:dave", AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, "*")
     # match: every ACL that applies to the name: the prefix, and the literal "*"
     listed = json.loads(kcli("list", "--topic", "cli-x", "--resource-pattern-type", "match", "--principal", "User:dave",
                              "-o", "json").stdout)
+    assert_documented("kcli acls list", listed)
     assert {(a["resource_name"], a["operation"]) for a in listed} == {("cli-", "READ"), ("cli-", "DESCRIBE"),
                                                                      ("*", "DESCRIBE_CONFIGS")}
     table = kcli("list", "--principal", "User:dave").stdout
@@ -427,6 +430,7 @@ def test_acl_apis_filters_and_cli(authz_broker, cli_env):  # noqa: F811
     assert_one_line_error(kcli("create", "--allow-principal", "User:c", "--group", "g", "--operation", "Write"), 2, "Write")
     gone = json.loads(kcli("delete", "--topic", "cli-", "--resource-pattern-type", "prefixed", "--operation", "Read",
                            "-o", "json").stdout)
+    assert_documented("kcli acls delete", gone)
     assert [(a["resource_name"], a["operation"]) for a in gone] == [("cli-", "READ")]
     left = admin_of(bs).describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:dave",
                                                        None, AclOperation.ANY, AclPermissionType.ANY)).result(15)

@@ -56,12 +56,16 @@ NOT_DATA = {
     "broker start": "runs the broker in the foreground; its only output is the listening line",
     "completion": "prints a shell script",
 }
-# Data commands whose documents need a PostgreSQL server and a cluster of brokers: their `-o json`
-# documents are checked in that test file, against the same doc sections.
+# Data commands whose documents need a broker of another kind (a PostgreSQL server and a cluster of
+# brokers; an authorizer and SASL users): their `-o json` documents are checked in that test file,
+# against the same doc sections (tests/test_cluster_cli.py assert_documented).
 ELSEWHERE = {
     "cluster start": "tests/test_cluster_cli.py",
     "cluster status": "tests/test_cluster_cli.py",
     "cluster stop": "tests/test_cluster_cli.py",
+    "acls list": "tests/test_acls.py",
+    "acls create": "tests/test_acls.py",
+    "acls delete": "tests/test_acls.py",
 }
 # Documented fields no case can produce against kcli's broker, with the reason.
 NOT_EXERCISED = {
@@ -178,6 +182,15 @@ def load_doc(text: str | None = None) -> dict[str, Section]:
                 table[path] = FieldDoc.parse(path, m.group(2).replace("\\|", "|"))
         i += 1
     return sections
+
+
+def assert_documented(title: str, document: Any) -> None:
+    """For the ELSEWHERE commands: the document matches its field table, as test_output_formats checks
+    every other command, and every documented field was printed."""
+    section = load_doc()[title]
+    problems, seen = section.check(document)
+    assert not problems, f"{title}: {problems}"
+    assert not section.documented() - seen, f"{title}: documented but never printed: {section.documented() - seen}"
 
 
 def _parent(path: str) -> str:
