@@ -63,6 +63,8 @@ from kcli.storage.errors import (
 from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
 from kcli.storage.log_config import LogConfig
 from kcli.storage.producer_state import ProducerStateManager
+from kcli.storage.txn_state import AbortedTxn, PartitionTxnState
+from kcli.records.control import COMMIT, control_type
 from kcli.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -172,6 +174,8 @@ class PartitionLog:
         self._persisted_log_start: int | None = None
         self._leo = 0
         self._producers = ProducerStateManager()
+        self._txns = PartitionTxnState()
+        self._replaying: Segment | None = None  # the segment whose headers _load replays
         self._lock = threading.RLock()
         self._unflushed: dict[int, Segment] = {}
         self._dir_dirty = False
@@ -233,9 +237,11 @@ class PartitionLog:
                 )
             is_last = i == len(bases) - 1
             end_offset = bases[i + 1] if not is_last else (recovery_point if recovery_point > base else -1)
+            self._replaying = seg
             result = seg.recover(
                 verify_from=verify_from, end_offset=end_offset, on_batch=replay, now_ms=now_ms, allow_gaps=not is_last
             )
+            self._replaying = None
             self._segments.append(seg)
             self._bases.append(base)
             damaged_last = is_last and result.damaged_at >= 0
@@ -268,11 +274,13 @@ class PartitionLog:
                 seg.close()
                 self._move_segment_aside(seg.base_offset, now_ms, f"the log start {persisted_start} is past its end")
             self._producers.clear()
+            self._txns.clear()
             self._add_segment(persisted_start, now_ms)
             self._leo = persisted_start
             self._log_start = persisted_start
         else:
             self._log_start = persisted_start
+        self._txns.truncate_before(self._log_start)
         # Segments wholly below the log start (a crash between checkpoint and delete).
         self._delete_prefix(self._below_log_start(), now_ms, reason="below log start")
         for seg in self._segments[:-1]:
@@ -349,7 +357,12 @@ class PartitionLog:
             return
         if h.is_control:
             self._producers.replay_marker(h.producer_id, h.producer_epoch, h.max_timestamp)
+            seg = self._replaying
+            kind = control_type(os.pread(seg.fd, min(h.size, 128), h.position)) if seg is not None else -1
+            if kind >= 0:
+                self._txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset, h.base_offset)
         else:
+            self._txns.on_data(h.producer_id, h.base_offset, h.is_transactional)
             self._producers.replay(
                 h.producer_id,
                 h.producer_epoch,
@@ -390,6 +403,23 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._leo
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark: where a
+        read_committed fetch stops."""
+        with self._lock:
+            return self._txns.last_stable_offset(self._leo)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets ``start..end-1`` (for read_committed fetches)."""
+        with self._lock:
+            return self._txns.aborted_between(start, end)
+
+    def open_transactions(self) -> dict[int, int]:
+        """``{producer id: first offset}`` of the transactions open in this partition."""
+        with self._lock:
+            return dict(self._txns.ongoing)
 
     @property
     def recovery_point(self) -> int:
@@ -492,9 +522,11 @@ class PartitionLog:
                 raise RecordValidationError(INVALID_RECORD, record_errors)
 
             update = self._producers.begin(validate=client)
+            markers: list[tuple[int, bool, int]] = []
             for h, first, last, ts in producer_batches:
                 if h.is_control:
                     update.append_marker(h.producer_id, h.producer_epoch, ts)
+                    markers.append((h.producer_id, control_type(buf, h.position) == COMMIT, first))
                     continue
                 duplicate = update.append(
                     h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, first, last, ts
@@ -515,6 +547,11 @@ class PartitionLog:
             self._unflushed[seg.base_offset] = seg
             update.commit()
             base_offset = self._leo
+            for h, first, _last, _ts in producer_batches:
+                if not h.is_control:
+                    self._txns.on_data(h.producer_id, first, h.is_transactional)
+            for pid, commit, offset in markers:
+                self._txns.on_marker(pid, commit, offset, base_offset)
             self._leo = next_offset
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
 
@@ -850,6 +887,7 @@ class PartitionLog:
     def _set_log_start(self, offset: int) -> None:
         _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)
         self._log_start = self._persisted_log_start = offset
+        self._txns.truncate_before(offset)
 
     # ======================================================================================
     # durability and lifecycle
