@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 import uuid
@@ -70,6 +71,7 @@ from kcli.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     Placement,
     Segment,
     SegmentInfo,
@@ -176,6 +178,7 @@ class PartitionLog:
         self._producers = ProducerStateManager()
         self._txns = PartitionTxnState()
         self._replaying: Segment | None = None  # the segment whose headers _load replays
+        self._replayed_aborts: dict[int, list[AbortedTxn]] = {}  # per segment base, for .txnindex
         self._lock = threading.RLock()
         self._unflushed: dict[int, Segment] = {}
         self._dir_dirty = False
@@ -281,6 +284,7 @@ class PartitionLog:
         else:
             self._log_start = persisted_start
         self._txns.truncate_before(self._log_start)
+        self._sync_txn_indexes()
         # Segments wholly below the log start (a crash between checkpoint and delete).
         self._delete_prefix(self._below_log_start(), now_ms, reason="below log start")
         for seg in self._segments[:-1]:
@@ -289,6 +293,29 @@ class PartitionLog:
         if clean_shutdown:
             self._recovery_point = self._leo
         self._persisted_recovery_point = self._recovery_point
+
+    def _sync_txn_indexes(self) -> None:
+        """Make each segment's ``.txnindex`` hold exactly the aborted transactions the replay
+        found in it (Kafka rebuilds them in recovery too): the log is the truth, the index a
+        copy for tools, so a stale, torn or orphaned one is rewritten or removed."""
+        found, self._replayed_aborts = self._replayed_aborts, {}
+        live = {seg.base_offset for seg in self._segments}
+        for path in self.dir.glob("*" + TXNINDEX_SUFFIX):
+            stem = path.name[: -len(TXNINDEX_SUFFIX)]
+            if not (stem.isdigit() and int(stem) in live):
+                path.unlink(missing_ok=True)
+        for seg in self._segments:
+            want = b"".join(_txn_entry(a) for a in found.get(seg.base_offset, []))
+            try:
+                have = seg.txnindex_path.read_bytes()
+            except FileNotFoundError:
+                have = None
+            if have == want or (have is None and not want):
+                continue
+            if want:
+                _atomic_write(seg.txnindex_path, want)
+            else:
+                seg.txnindex_path.unlink(missing_ok=True)
 
     def _move_segment_aside(self, base: int, now_ms: int, why: str) -> None:
         """Rename ``<base>.log`` to ``<base>.log.truncated-<ms>`` (one WARNING) and delete
@@ -360,7 +387,9 @@ class PartitionLog:
             seg = self._replaying
             kind = control_type(os.pread(seg.fd, min(h.size, 128), h.position)) if seg is not None else -1
             if kind >= 0:
-                self._txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset, h.base_offset)
+                aborted = self._txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset, h.base_offset)
+                if aborted is not None and seg is not None:
+                    self._replayed_aborts.setdefault(seg.base_offset, []).append(aborted)
         else:
             self._txns.on_data(h.producer_id, h.base_offset, h.is_transactional)
             self._producers.replay(
@@ -551,7 +580,9 @@ class PartitionLog:
                 if not h.is_control:
                     self._txns.on_data(h.producer_id, first, h.is_transactional)
             for pid, commit, offset in markers:
-                self._txns.on_marker(pid, commit, offset, base_offset)
+                aborted = self._txns.on_marker(pid, commit, offset, base_offset)
+                if aborted is not None:
+                    _append_txn_entry(seg.txnindex_path, aborted)
             self._leo = next_offset
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
 
@@ -1004,6 +1035,19 @@ def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
             raise LogError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
     elif h.is_transactional:
         raise LogError(INVALID_RECORD, "transactional batch without a producer id")
+
+
+_TXN_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producerId, first, last, lastStable
+
+
+def _txn_entry(a: AbortedTxn) -> bytes:
+    return _TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+
+
+def _append_txn_entry(path: Path, a: AbortedTxn) -> None:
+    """Add one entry to a segment's .txnindex; not fsynced (rebuilt from the log on open)."""
+    with open(path, "ab") as f:
+        f.write(_txn_entry(a))
 
 
 def _now_ms() -> int:
