@@ -351,3 +351,36 @@ def test_consume_transform_produce_survives_kill9(broker_factory, tmp_path: Path
     create_topic(broker.bootstrap, "ctp-in", 2)
     create_topic(broker.bootstrap, "ctp-out", 2)
     _run_ctp_with_kills(broker, "ctp-in", "ctp-out", 3000, 3, tmp_path)
+
+
+def _kcli(bootstrap: str, *args: str) -> Any:
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "kcli", "-b", bootstrap, "-o", "json", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_transactions_cli_list_describe_and_abort_hanging(broker) -> None:
+    create_topic(broker.bootstrap, "h", 1)
+    p = txn_producer(broker.bootstrap, "t-hang")
+    p.begin_transaction()
+    p.produce("h", value=b"stuck")
+    p.flush(30)
+    listed = _kcli(broker.bootstrap, "transactions", "list")
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("t-hang", "Ongoing")]
+    assert _kcli(broker.bootstrap, "transactions", "list", "--state", "CompleteCommit") == []
+    assert _kcli(broker.bootstrap, "transactions", "list", "--duration-filter", "3600000") == []
+    d = _kcli(broker.bootstrap, "transactions", "describe", "--transactional-id", "t-hang")
+    assert (d["state"], d["partitions"], d["timeout_ms"]) == ("Ongoing", ["h-0"], 60000) and d["start_time_ms"] > 0
+    producers = _kcli(broker.bootstrap, "transactions", "describe-producers", "--topic", "h", "--partition", "0")
+    assert [(x["producer_id"], x["current_txn_start_offset"]) for x in producers] == [(d["producer_id"], 0)]
+    assert watermarks(broker.bootstrap, "h", 0, "read_committed") == 0
+    # the partition's transaction is closed by hand, as kafka-transactions.sh abort does
+    r = _kcli(broker.bootstrap, "transactions", "abort", "--topic", "h", "--partition", "0", "--start-offset", "0")
+    assert r["producer_id"] == d["producer_id"]
+    assert watermarks(broker.bootstrap, "h", 0, "read_committed") == 2
+    assert read(broker.bootstrap, "h", 1, "read_committed", settle=1.0) == []
+    producers = _kcli(broker.bootstrap, "transactions", "describe-producers", "--topic", "h", "--partition", "0")
+    assert producers[0]["current_txn_start_offset"] == -1

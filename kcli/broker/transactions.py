@@ -218,8 +218,41 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_now_ms = now_ms
+
+
+def _append_marker(b: Any, topic: str, partition: int, batch: bytes, now: int) -> Any:
+    """Append a marker batch to a classic partition hosted here; None when the topic is gone
+    (nothing left to mark). Raises LogError/BrokerError with a Kafka code."""
+    t = b.topic(topic)
+    if t is None or partition not in t.partitions:
+        return None
+    lg = b.log_for(t, partition)
+    lg.append(batch, now_ms=now, leader_epoch=t.partitions[partition].leader_epoch, origin=AppendOrigin.COORDINATOR)
+    b.notifier.notify(topic, partition)
+    return lg
+
+
+async def write_marker(b: Any, topic: str, partition: int, commit: bool, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int) -> int:
+    """WriteTxnMarkers for one partition: append and fsync the marker; the Kafka error code."""
+    now = now_ms()
+    try:
+        lg = _append_marker(b, topic, partition, marker_batch(commit, producer_id, producer_epoch,
+                                                                coordinator_epoch, now), now)
+        if lg is not None:
+            await b.flusher.flush({lg})
+    except Exception as err:
+        code = getattr(err, "code", None)
+        if code is None:
+            log.exception("writing a marker to %s-%d failed", topic, partition)
+            return int(ErrorCode.kafka_storage_error)
+        return int(code)
+    return NONE
 
 
 class TransactionCoordinator:
@@ -472,14 +505,9 @@ class TransactionCoordinator:
         batch = marker_batch(commit, md.producer_id, md.producer_epoch, 0, now)
         touched = set()
         for topic, partition in sorted(md.partitions):
-            t = b.topic(topic)
-            if t is None or partition not in t.partitions:
-                continue  # deleted meanwhile: nothing left to mark
-            lg = b.log_for(t, partition)
-            lg.append(batch, now_ms=now, leader_epoch=t.partitions[partition].leader_epoch,
-                      origin=AppendOrigin.COORDINATOR)
-            touched.add(lg)
-            b.notifier.notify(topic, partition)
+            lg = _append_marker(b, topic, partition, batch, now)
+            if lg is not None:
+                touched.add(lg)
         if touched:
             await b.flusher.flush(touched)
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
+    "kcli.cli.transactions_cmd",
     "kcli.cli.dumplog",
     "kcli.cli.diskless_cmd",
     "kcli.cli.runbook_cmd",
