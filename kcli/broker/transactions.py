@@ -29,6 +29,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.crcjson import decode_line, encode_line
+from kcli.fsutil import fsync_dir
 from kcli.records.control import marker_batch
 from kcli.storage.log import AppendOrigin
 
@@ -161,7 +162,7 @@ class TransactionLog:
             os.fsync(f.fileno())
         with self._io:
             os.replace(tmp, self.path)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             if self._fd is not None:
                 os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
@@ -208,14 +209,6 @@ class TransactionLog:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def now_ms() -> int:
