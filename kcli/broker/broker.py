@@ -187,6 +187,7 @@ class Broker:
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
         self.groups: Any = None
+        self.transactions: Any = None  # kcli/broker/transactions.py
         self.diskless: Any = None
         self.tiered: Any = None
         self.partition_reducer: Any = None
@@ -352,6 +353,10 @@ class Broker:
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
                                        node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
+        from kcli.broker.transactions import TransactionCoordinator
+
+        self.transactions = TransactionCoordinator(self.metadata.transaction_store(self.data_dir), self)
+        await self.transactions.start()
         for hook in self.extensions:
             await hook.start()
 
@@ -379,6 +384,8 @@ class Broker:
         self.notifier.wake_all()
         if self.groups is not None:
             await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.server is not None:
             await self.server.stop()
         for t in self._tasks:
@@ -778,14 +785,16 @@ class Broker:
             out.update(hook.topic_state(t))
         return out
 
-    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool) -> Any:
-        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``."""
+    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool,
+                             upper_bound: int | None = None) -> Any:
+        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``.
+        ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads."""
         if self.is_diskless(t):
             return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
         lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
             return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)
-        return lg.read(offset, max_bytes, min_one_batch=min_one)
+        return lg.read(offset, max_bytes, min_one_batch=min_one, upper_bound=upper_bound)
 
     def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
         """(high watermark, log start offset)."""

@@ -257,7 +257,9 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
 async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     if req.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": 53, "producer_id": -1, "producer_epoch": -1}
+        from kcli.broker.handlers.transactions import init_transactional_producer
+
+        return await init_transactional_producer(ctx, req)
     existing = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     if existing >= 0 and epoch >= 0 and epoch < 32766:
