@@ -881,8 +881,10 @@ class Broker:
             if self.tiered is not None:
                 return self.tiered.latest_tiered_offset(t, partition), -1
             return -1, -1
-        if timestamp == -3:
-            found = lg.max_timestamp_offset() if hasattr(lg, "max_timestamp_offset") else None
+        if timestamp == -3:  # KIP-734: the record with the largest timestamp, remote data included
+            found = lg.offset_for_timestamp(timestamp)
+            if self.tiered is not None and self.tiered.has_remote(t, partition):
+                found = await self.tiered.max_timestamp_offset(t, partition, found)
             return found if found is not None else (-1, -1)
         if self.tiered is not None and self.tiered.has_remote(t, partition):
             found = await self.tiered.offset_for_timestamp(t, partition, timestamp)
