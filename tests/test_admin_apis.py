@@ -73,3 +73,119 @@ def test_list_offsets_max_timestamp_tiered(broker_factory) -> None:  # noqa: ANN
     wait_until(lambda: list_offset(b.bootstrap, "tt", -4) > 25, 30, what="offset 25 only in remote storage")
     assert remote_segments(b.data_dir)
     assert max_timestamp(b.bootstrap, "tt") == (17, NOW + 5000)
+
+
+# ---- OffsetForLeaderEpoch ---------------------------------------------------------------------------
+def epoch_end(bootstrap: str, topic: str, partition: int, requested: int, current: int = -1, version: int = 4) -> tuple[int, int, int]:
+    body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+        {"partition": partition, "current_leader_epoch": current, "leader_epoch": requested}]}]}
+    if version < 3:
+        body.pop("replica_id")
+    with WireClient(bootstrap) as c:
+        p = c.request(23, version, body).topics[0].partitions[0]
+    return int(p.error_code), int(p.leader_epoch), int(p.end_offset)
+
+
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_offset_for_leader_epoch(broker_factory, kind: str) -> None:  # noqa: ANN001
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "e", config=DISKLESS if kind == "diskless" else None)
+    produce_timestamps(b.bootstrap, "e", [NOW] * 7)
+    epoch = admin(b.bootstrap).list_topics("e", timeout=20).topics["e"].partitions[0]
+    assert epoch.error is None
+    for version in (2, 3, 4):
+        assert epoch_end(b.bootstrap, "e", 0, 0, version=version) == (0, 0, 7)  # the current epoch ends at the log end
+    assert epoch_end(b.bootstrap, "e", 0, 0, current=0) == (0, 0, 7)
+    assert epoch_end(b.bootstrap, "e", 0, 5) == (0, -1, -1)  # an epoch the partition never had
+    assert epoch_end(b.bootstrap, "e", 0, -1) == (0, -1, -1)
+    assert epoch_end(b.bootstrap, "e", 0, 0, current=3) == (ErrorCode.unknown_leader_epoch, -1, -1)
+    assert epoch_end(b.bootstrap, "e", 7, 0) == (ErrorCode.unknown_topic_or_partition, -1, -1)
+    assert epoch_end(b.bootstrap, "nope", 0, 0) == (ErrorCode.unknown_topic_or_partition, -1, -1)
+
+
+def test_consumer_validates_its_position_with_offset_for_leader_epoch(broker) -> None:  # noqa: ANN001
+    """librdkafka (KIP-320) validates a position that carries a leader epoch (an assign or seek
+    with one, a leader change) with OffsetForLeaderEpoch before it fetches; with the epoch's end
+    at the log end nothing was truncated, and the consumer goes on from that position."""
+    import logging
+
+    create_topic(broker.bootstrap, "v")
+    produce_timestamps(broker.bootstrap, "v", [NOW] * 10)
+    first = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "val", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+    first.assign([TopicPartition("v", 0, 0)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 4 and time.monotonic() < deadline:
+        m = first.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m)
+    assert [m.offset() for m in got] == [0, 1, 2, 3] and got[-1].leader_epoch() == 0
+    first.commit(message=got[-1], asynchronous=False)  # offset 4 with leader epoch 0
+    first.close()
+
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("rdkafka-validate")
+    log.addHandler(Capture())
+    log.setLevel(logging.DEBUG)
+    second = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "val", "enable.auto.commit": False,
+                       "debug": "protocol,consumer,fetch", "logger": log})
+    try:
+        committed = second.committed([TopicPartition("v", 0)], timeout=20)[0]
+        assert (committed.offset, committed.leader_epoch) == (4, 0)
+        second.assign([committed])  # a position with a leader epoch: validated first
+        msgs = []
+        deadline = time.monotonic() + 30
+        while len(msgs) < 6 and time.monotonic() < deadline:
+            m = second.poll(0.5)
+            if m is not None:
+                assert not m.error(), m.error()
+                msgs.append(m.offset())
+    finally:
+        second.close()
+    assert msgs == [4, 5, 6, 7, 8, 9]
+    sent = [ln for ln in lines if "OffsetForLeaderEpoch" in ln]
+    assert any("Sent OffsetForLeaderEpochRequest" in ln for ln in sent), lines[-40:]
+    assert not [ln for ln in sent if "error" in ln.lower() and "NO_ERROR" not in ln], sent
+
+
+# ---- DescribeLogDirs --------------------------------------------------------------------------------
+def test_describe_log_dirs(broker_factory) -> None:  # noqa: ANN001
+    from kafka import KafkaAdminClient
+
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "two", partitions=2)
+    create_topic(b.bootstrap, "dl", config=DISKLESS)
+    produce_timestamps(b.bootstrap, "two", [NOW] * 5)
+    produce_timestamps(b.bootstrap, "dl", [NOW] * 5)
+    a = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        out = a.describe_log_dirs()
+    finally:
+        a.close()
+    assert [x["broker"] for x in out] == [1]
+    [kp_dir] = out[0]["log_dirs"]
+    with WireClient(b.bootstrap) as c:
+        everything = c.request(35, 4, {"topics": None})
+        one = c.request(35, 4, {"topics": [{"topic": "two", "partitions": [1]}, {"topic": "nope", "partitions": [0]}]})
+        v1 = c.request(35, 1, {"topics": None})
+    assert everything.error_code == 0 and len(everything.results) == 1
+    d = everything.results[0]
+    assert d.error_code == 0 and d.log_dir == str(b.data_dir.resolve())
+    assert 0 < d.usable_bytes <= d.total_bytes
+    sizes = {(t.name, p.partition_index): (p.partition_size, p.offset_lag, p.is_future_key) for t in d.topics for p in t.partitions}
+    # classic partitions with their local size; the diskless topic has no local log
+    expected = sum(f.stat().st_size for f in (b.data_dir / "two-0").glob("*.log"))
+    assert sizes == {("two", 0): (expected, 0, False), ("two", 1): (0, 0, False)}
+    assert expected > 500
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in one.results[0].topics] == [("two", [1])]
+    assert {t.name for t in v1.results[0].topics} == {"two"}
+    # kafka-python's call sees the same
+    assert kp_dir["log_dir"] == d.log_dir and kp_dir["total_bytes"] == d.total_bytes
+    assert {(t["name"], p["partition_index"]): (p["partition_size"], p["offset_lag"], p["is_future_key"])
+            for t in kp_dir["topics"] for p in t["partitions"]} == sizes
