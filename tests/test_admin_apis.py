@@ -189,3 +189,51 @@ def test_describe_log_dirs(broker_factory) -> None:  # noqa: ANN001
     assert kp_dir["log_dir"] == d.log_dir and kp_dir["total_bytes"] == d.total_bytes
     assert {(t["name"], p["partition_index"]): (p["partition_size"], p["offset_lag"], p["is_future_key"])
             for t in kp_dir["topics"] for p in t["partitions"]} == sizes
+
+
+# ---- OffsetDelete -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_offset_delete_with_kafka_python(broker_factory, kind: str) -> None:  # noqa: ANN001
+    """OffsetDelete (KIP-496) as kafka-python's delete_group_offsets sends it, after offsets set with
+    confluent-kafka's alter_consumer_group_offsets; the answers of Kafka's handleDeleteOffsets."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KpTP
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError, UnknownTopicOrPartitionError
+
+    b = broker_factory(FAST)
+    config = DISKLESS if kind == "diskless" else None
+    create_topic(b.bootstrap, "a", partitions=2, config=config)
+    create_topic(b.bootstrap, "b", config=config)
+    produce_timestamps(b.bootstrap, "a", [NOW] * 3)
+    produce_timestamps(b.bootstrap, "b", [NOW] * 3)
+    a = admin(b.bootstrap)
+    offsets = [TopicPartition("a", 0, 2), TopicPartition("a", 1, 0), TopicPartition("b", 0, 3)]
+    a.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("ops", offsets)])["ops"].result(20)
+
+    def committed() -> dict[tuple[str, int], int]:
+        res = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions("ops")])["ops"].result(20)
+        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+
+    assert committed() == {("a", 0): 2, ("a", 1): 0, ("b", 0): 3}
+    kp = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        out = kp.delete_group_offsets("ops", [KpTP("a", 0), KpTP("a", 5), KpTP("gone", 0)])
+        assert out == {KpTP("a", 0): NoError, KpTP("a", 5): UnknownTopicOrPartitionError,
+                       KpTP("gone", 0): UnknownTopicOrPartitionError}
+        assert committed() == {("a", 1): 0, ("b", 0): 3}
+        with pytest.raises(GroupIdNotFoundError):
+            kp.delete_group_offsets("no-such-group", [KpTP("a", 0)])
+        # a live consumer subscribed to "b": its offsets stay, the others go
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ops", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        c.subscribe(["b"])
+        try:
+            wait_until(lambda: (c.poll(0.2), c.assignment())[1], 30, what="consumer joined")
+            out = kp.delete_group_offsets("ops", [KpTP("a", 1), KpTP("b", 0)])
+            assert out == {KpTP("a", 1): NoError, KpTP("b", 0): GroupSubscribedToTopicError}
+        finally:
+            c.close()
+        assert committed() == {("b", 0): 3}
+    finally:
+        kp.close()
