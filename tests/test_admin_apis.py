@@ -237,3 +237,60 @@ def test_offset_delete_with_kafka_python(broker_factory, kind: str) -> None:  # 
         assert committed() == {("b", 0): 3}
     finally:
         kp.close()
+
+
+# ---- an API kcli does not serve ---------------------------------------------------------------------
+# (api key, version, body): Kafka APIs kcli lacks, and versions below what kcli serves of one it has
+UNSERVED = [
+    (46, 0, {"timeout_ms": 1000, "topics": None}),                                   # ListPartitionReassignments
+    (48, 1, {"components": [], "strict": False}),                                    # DescribeClientQuotas
+    (43, 2, {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout_ms": 1000}),
+    (2, 10, {"replica_id": -1, "isolation_level": 0, "timeout_ms": 1000, "topics": [  # ListOffsets v10 (kcli: 1-9)
+        {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}),
+]
+
+
+def test_unserved_api_answers_unsupported_version_and_keeps_the_connection(broker) -> None:  # noqa: ANN001
+    create_topic(broker.bootstrap, "t")
+    with WireClient(broker.bootstrap) as c:
+        listed = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in c.request(18, 3, {
+            "client_software_name": "t", "client_software_version": "1"}).api_keys}
+        for key, version, body in UNSERVED:
+            assert key not in listed or not listed[key][0] <= version <= listed[key][1]
+            resp = c.request(key, version, body)  # answered, on the same connection
+            codes = [int(v) for v in _error_codes(resp)]
+            assert codes and set(codes) == {ErrorCode.unsupported_version}, (key, resp)
+        md = c.request(3, 12, {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+    assert md.topics[0].error_code == 0
+    assert {23, 35, 47}.issubset(listed) and listed[23] == (2, 4) and listed[35] == (1, 4)
+
+
+def test_unserved_api_with_real_clients(broker) -> None:  # noqa: ANN001
+    """librdkafka sees from ApiVersions that ElectLeaders is not there and says so; the broker
+    keeps serving."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka import ElectionType
+
+    create_topic(broker.bootstrap, "t")
+    a = admin(broker.bootstrap)
+    with pytest.raises(KafkaException) as err:
+        a.elect_leaders(ElectionType.PREFERRED, [TopicPartition("t", 0)]).result(20)
+    assert "ElectLeaders" in err.value.args[0].str() or err.value.args[0].name() in ("_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION")
+    assert a.list_topics("t", timeout=20).topics["t"].error is None
+
+
+def _error_codes(entity: Any) -> list[int]:
+    """Every error_code field in a response entity, nested ones included."""
+    import dataclasses
+
+    out: list[int] = []
+    for f in dataclasses.fields(entity):
+        v = getattr(entity, f.name)
+        if f.name == "error_code":
+            out.append(v)
+        elif isinstance(v, tuple):
+            for item in v:
+                if dataclasses.is_dataclass(item):
+                    out += _error_codes(item)
+    return out
