@@ -16,6 +16,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.errors import ErrorCode
 
 from kcli.protocol.client import WireClient
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import admin, create_topic, produce
 
 DYNAMIC_DEFAULT, DYNAMIC_BROKER = "DYNAMIC_DEFAULT_BROKER_CONFIG", "DYNAMIC_BROKER_CONFIG"
@@ -181,3 +182,39 @@ def test_dynamic_default_is_effective_at_once(broker) -> None:  # noqa: ANN001
     set_broker(bs, "", {"log.segment.bytes": "2048"})
     produce(bs, "rolls", [b"y" * 300] * 30, **{"batch.num.messages": 1})
     assert len(segs()) > 3
+
+
+def test_every_broker_of_a_cluster_applies_them(broker_factory, pg_database, tmp_path) -> None:  # noqa: ANN001, F811
+    """In a cluster the BROKER ConfigRecords go through PostgreSQL like every other record: the
+    cluster-wide default set on broker 1 is in effect on broker 2 at once, and a per-broker config
+    of broker 2 stays broker 2's."""
+    from tests.test_cluster_topics import start
+    from tests.test_cluster_state import wait_for
+
+    b1 = start(broker_factory, pg_database, 1, "rack-a", tmp_path / "objects")
+    b2 = start(broker_factory, pg_database, 2, "rack-b", tmp_path / "objects")
+    wait_for(lambda: len(admin(b1.bootstrap).list_topics(timeout=10).brokers) == 2, 10, "both brokers registered")
+    create_topic(b1.bootstrap, "shared", partitions=2)
+    set_broker(b1.bootstrap, "", {"log.retention.ms": "3600000"})
+    wait_for(lambda: vs(describe(b2.bootstrap, ResourceType.TOPIC, "shared")["retention.ms"]) == ("3600000", DYNAMIC_DEFAULT),
+             10, "broker 2 applied the cluster-wide default")
+    assert vs(describe(b2.bootstrap, ResourceType.BROKER, "")["log.retention.ms"]) == ("3600000", DYNAMIC_DEFAULT)
+    set_broker(b2.bootstrap, "2", {"log.retention.ms": "7200000"})
+    assert vs(describe(b2.bootstrap, ResourceType.BROKER, "2")["log.retention.ms"]) == ("7200000", DYNAMIC_BROKER)
+    wait_for(lambda: describe(b1.bootstrap, ResourceType.BROKER, "1")["log.retention.ms"][1] == DYNAMIC_DEFAULT, 10,
+             "broker 1 keeps the cluster-wide default")
+    assert vs(describe(b1.bootstrap, ResourceType.TOPIC, "shared")["retention.ms"]) == ("3600000", DYNAMIC_DEFAULT)
+    # each broker refuses a per-broker resource of another node id, as Kafka's brokers do
+    with WireClient(b1.bootstrap) as client:  # librdkafka sends a node id's resource to that node only
+        r = client.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "2", "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "1"}]}], "validate_only": False}).responses[0]
+    assert (r.error_code, r.error_message) == (ErrorCode.invalid_request,
+                                               "Unexpected broker id, expected 1 or empty string, but received 2")
+    # effective at once on broker 2's own logs: a smaller segment size rolls them
+    set_broker(b1.bootstrap, "", {"log.segment.bytes": "2048"})
+    wait_for(lambda: describe(b2.bootstrap, ResourceType.TOPIC, "shared")["segment.bytes"][0] == "2048", 10, "broker 2 has it")
+    for p in (0, 1):
+        produce(b1.bootstrap, "shared", [b"z" * 300] * 20, partition=p, **{"batch.num.messages": 1})
+    for node in (b1, b2):
+        dirs = list(node.data_dir.glob("shared-*"))
+        assert dirs and all(len(list(d.glob("*.log"))) > 2 for d in dirs), node
