@@ -16,6 +16,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.errors import ErrorCode
 
 from kcli.protocol.client import WireClient
+from tests.fixtures_cli import cli_env, run_kcli  # noqa: F401 - fixture
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import admin, create_topic, produce
 
@@ -218,3 +219,16 @@ def test_every_broker_of_a_cluster_applies_them(broker_factory, pg_database, tmp
     for node in (b1, b2):
         dirs = list(node.data_dir.glob("shared-*"))
         assert dirs and all(len(list(d.glob("*.log"))) > 2 for d in dirs), node
+
+
+def test_kcli_topics_describe_shows_the_source(broker, cli_env) -> None:  # noqa: ANN001, F811
+    """`kcli topics describe -o json` names where each non-default config comes from."""
+    create_topic(broker.bootstrap, "src", config={"retention.bytes": "123456"})
+    set_broker(broker.bootstrap, "", {"log.retention.ms": "3600000"})
+    set_broker(broker.bootstrap, "1", {"log.segment.bytes": "2000000"})
+    out = run_kcli(cli_env, "--bootstrap-server", broker.bootstrap, "-o", "json", "topics", "describe", "--topic", "src")
+    assert out.returncode == 0, out.stderr
+    [desc] = json.loads(out.stdout)
+    assert desc["configs"] == {"retention.bytes": "123456", "retention.ms": "3600000", "segment.bytes": "2000000"}
+    assert desc["config_sources"] == {"retention.bytes": "DYNAMIC_TOPIC_CONFIG", "retention.ms": "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                                      "segment.bytes": "DYNAMIC_BROKER_CONFIG"}

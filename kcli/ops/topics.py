@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     ResourceType,
@@ -127,6 +128,9 @@ class TopicDescription:
     all_configs: dict[str, str | None] = field(default_factory=dict, repr=False)
     tiered_state: str | None = None  # KIP-950, from kcli's broker (DescribeConfigs kcli.tiered.state)
     tiered_epoch: int | None = None
+    # where each of ``configs`` comes from: DYNAMIC_TOPIC_CONFIG (the topic's own), or the broker's
+    # DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG / STATIC_BROKER_CONFIG (DescribeConfigs source)
+    config_sources: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +140,7 @@ class TopicDescription:
             "partition_count": self.partition_count,
             "replication_factor": self.replication_factor,
             "configs": dict(self.configs),
+            "config_sources": dict(self.config_sources),
             "partitions": [p.to_dict() for p in self.partitions],
             "internal": self.internal,
             **({"tiered_state": self.tiered_state, "tiered_epoch": self.tiered_epoch}
@@ -345,8 +350,17 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
             all_configs=all_configs,
             tiered_state=all_configs.get("kcli.tiered.state"),
             tiered_epoch=int(all_configs["kcli.tiered.epoch"]) if all_configs.get("kcli.tiered.epoch") else None,
+            config_sources={k: _source_name(entries[k].source) for k in overrides},
         ))
     return result
+
+
+def _source_name(source: Any) -> str:
+    """confluent-kafka's ConfigSource (or its int) as Kafka names it."""
+    try:
+        return ConfigSource(int(getattr(source, "value", source))).name
+    except (TypeError, ValueError):
+        return str(source)
 
 
 def _parse_dirty_ratios(value: str | None) -> dict[int, float]:
