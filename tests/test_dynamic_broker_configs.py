@@ -214,11 +214,12 @@ def test_every_broker_of_a_cluster_applies_them(broker_factory, pg_database, tmp
     # effective at once on broker 2's own logs: a smaller segment size rolls them
     set_broker(b1.bootstrap, "", {"log.segment.bytes": "2048"})
     wait_for(lambda: describe(b2.bootstrap, ResourceType.TOPIC, "shared")["segment.bytes"][0] == "2048", 10, "broker 2 has it")
-    for p in (0, 1):
-        produce(b1.bootstrap, "shared", [b"z" * 300] * 20, partition=p, **{"batch.num.messages": 1})
+    for _ in range(2):
+        for p in (0, 1):
+            produce(b1.bootstrap, "shared", [b"z" * 300] * 15, partition=p, **{"batch.num.messages": 1})
     for node in (b1, b2):
-        dirs = list(node.data_dir.glob("shared-*"))
-        assert dirs and all(len(list(d.glob("*.log"))) > 2 for d in dirs), node
+        counts = {d.name: len(list(d.glob("*.log"))) for d in node.data_dir.glob("shared-*")}
+        assert counts and all(n > 2 for n in counts.values()), (node.data_dir.name, counts)
 
 
 def test_kcli_topics_describe_shows_the_source(broker, cli_env) -> None:  # noqa: ANN001, F811
@@ -232,3 +233,28 @@ def test_kcli_topics_describe_shows_the_source(broker, cli_env) -> None:  # noqa
     assert desc["configs"] == {"retention.bytes": "123456", "retention.ms": "3600000", "segment.bytes": "2000000"}
     assert desc["config_sources"] == {"retention.bytes": "DYNAMIC_TOPIC_CONFIG", "retention.ms": "DYNAMIC_DEFAULT_BROKER_CONFIG",
                                       "segment.bytes": "DYNAMIC_BROKER_CONFIG"}
+
+
+def test_defaults_checked_against_each_other_and_the_topics(broker_factory) -> None:  # noqa: ANN001
+    """Kafka's DynamicLogConfig checks: local retention within total retention; and a compact
+    default must not reach a diskless topic (kcli compacts classic topics only)."""
+    b = broker_factory({"log.retention.ms": "100000"})
+    bs = b.bootstrap
+    with pytest.raises(KafkaException) as err:
+        set_broker(bs, "1", {"log.local.retention.ms": "200000"})
+    assert err.value.args[0].name() == "INVALID_REQUEST"
+    assert "Invalid value 200000 for configuration log.local.retention.ms: Value must not be more than log.retention.ms property value: 100000" in err.value.args[0].str()
+    set_broker(bs, "1", {"log.local.retention.ms": "50000"})
+    with pytest.raises(AlterError, match="log.local.retention.ms"):
+        set_broker(bs, "", {"log.retention.ms": "10000"})  # below this broker's local retention
+    create_topic(bs, "dl", config={"diskless.enable": "true"})
+    with pytest.raises(AlterError, match="diskless topic dl"):
+        set_broker(bs, "", {"log.cleanup.policy": "compact"})
+    a = admin(bs)
+    a.delete_topics(["dl"])["dl"].result(20)
+    set_broker(bs, "", {"log.cleanup.policy": "compact"})  # only classic topics left
+    # a new diskless topic is checked against the dynamic default, not only the static one
+    with pytest.raises(KafkaException) as err:
+        create_topic(bs, "dl2", config={"diskless.enable": "true"})
+    assert err.value.args[0].name() == "INVALID_CONFIG" and "diskless" in err.value.args[0].str()
+    create_topic(bs, "dl3", config={"diskless.enable": "true", "cleanup.policy": "delete"})

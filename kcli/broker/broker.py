@@ -487,7 +487,7 @@ class Broker:
 
     def topic_config_value(self, t: TopicState, name: str) -> Any:
         d = TOPIC_CONFIGS[name]
-        raw = self.effective_topic_configs(t)[name][0]
+        raw = self.topic_config_levels(t, name)[0][1]  # only this config's levels: produce asks per request
         return parse_value(d, raw)
 
     def validate_topic_configs(self, configs: dict[str, str | None], *, creating: bool, topic: TopicState | None = None) -> dict[str, str]:
@@ -526,7 +526,7 @@ class Broker:
         old = topic.configs if topic is not None else {}
         policy = out.get("cleanup.policy", old.get("cleanup.policy"))
         if policy is None:
-            policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
+            policy = self.broker_config_levels("log.cleanup.policy")[0][0] or ""
         if "compact" not in policy.split(","):
             return
         if diskless:
@@ -747,11 +747,39 @@ class Broker:
                 new.pop(k, None)
             else:
                 new[k] = v
+        self._check_broker_defaults(resource_name, new, label)
         if validate_only:
             return
         self.metadata.append([record("ConfigRecord", resourceType=BROKER_RESOURCE, resourceName=resource_name,
                                      name=k, value=new.get(k))
                               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)])
+
+    def _check_broker_defaults(self, resource_name: str, new: dict[str, str], label: str) -> None:
+        """The checks Kafka's DynamicLogConfig makes of a new set (local retention within total
+        retention), and kcli's rule that compaction is for classic topics: a compact default
+        must not reach a diskless or tiered topic that has no cleanup.policy of its own."""
+        own = new if resource_name == str(self.node_id) else self.state.broker_configs.get(str(self.node_id), {})
+        default = new if resource_name == "" else self.state.broker_configs.get("", {})
+
+        def after(name: str) -> str:
+            for level in (own, default):
+                if name in level:
+                    return level[name]
+            return self.config.formatted(name) or ""
+
+        for local, total in (("log.local.retention.ms", "log.retention.ms"), ("log.local.retention.bytes", "log.retention.bytes")):
+            lv, tv = int(after(local)), int(after(total))
+            if tv != -1 and lv != -2 and (lv == -1 or lv > tv):
+                why = f"Value must not be -1 as {total} value is set as {tv}." if lv == -1 else \
+                    f"Value must not be more than {total} property value: {tv}"
+                raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: "
+                                                   f"Invalid value {lv} for configuration {local}: {why}")
+        if "compact" in after("log.cleanup.policy").split(","):
+            for t in self.state.topics.values():
+                if "cleanup.policy" not in t.configs and self.topic_kind(t) != "classic":
+                    raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: log.cleanup.policy=compact "
+                                                       f"would reach {self.topic_kind(t)} topic {t.name}, which has no "
+                                                       "cleanup.policy of its own (kcli compacts classic topics only)")
 
     def _metadata_applied(self, records: list[dict[str, Any]]) -> None:
         """The one path for acting on applied metadata records, whether this broker appended them
