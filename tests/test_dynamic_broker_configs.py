@@ -6,13 +6,11 @@ described with Kafka's sources and synonyms."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
-
 from kio.schema.errors import ErrorCode
 
 from kcli.protocol.client import WireClient
