@@ -272,3 +272,11 @@ def validate_topic_config(name: str, value: Any) -> Any:
     if d is None:
         raise ConfigError(f"Unknown topic config name: {name}")
     return parse_value(d, value)
+
+
+# Broker configs that IncrementalAlterConfigs/AlterConfigs may change at run time (Kafka's
+# DynamicBrokerConfig, its DynamicLogConfig part): the broker-side defaults of topic configs. Every
+# other broker config is read-only ("Cannot update these configs dynamically"), num.partitions too.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym and d.broker_synonym in BROKER_CONFIGS
+)

@@ -305,8 +305,9 @@ async def offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
     top = await _route(coord, req.group_id)
     codes: dict[tuple[str, int], int] = {}
     if top == g.NONE and coord is not None:
-        known = [(t.name, int(p.partition_index)) for t in req.topics if ctx.broker.topic_exists(t.name)
-                 for p in t.partitions]
+        # Kafka answers a partition its metadata does not hold UNKNOWN_TOPIC_OR_PARTITION (below)
+        known = [(t.name, int(p.partition_index)) for t in req.topics if (topic := ctx.broker.topic(t.name)) is not None
+                 for p in t.partitions if int(p.partition_index) in topic.partitions]
         top, codes = coord.delete_offsets(req.group_id, known)
     if top != g.NONE:
         return {"throttle_time": 0, "error_code": top, "topics": []}
