@@ -677,6 +677,49 @@ def test_transaction_apis_answer_per_entry(authz_broker):
                                         "committed": False}).error_code) == 0
 
 
+def test_gates_of_apis_whose_handlers_come_later():
+    """OffsetForLeaderEpoch (23) and DescribeLogDirs (35) have no handler yet; their gates run here
+    in front of a handler that echoes what reached it, with the real Authorizer, and their
+    refusals must encode as the API's response."""
+    import asyncio
+    import types
+
+    from kcli.broker.authz import guarded
+    from kcli.broker.dispatch import ApiHandler, ConnectionState, RequestContext
+    from kcli.protocol import codec
+
+    az = authorizer(acl("seen", Op.DESCRIBE), acl("kafka-cluster", Op.CLUSTER_ACTION, principal="User:follower",
+                                                    rtype=RT.CLUSTER))
+    broker = types.SimpleNamespace(authorizer=az, topic_by_id=lambda _id: None)
+    reached: list[Any] = []
+
+    async def handler(_ctx: Any, req: Any) -> dict[str, Any]:
+        reached.append(req)
+        return {"throttle_time": 0, "error_code": 0, "results": [], "topics": []}
+
+    def run(key: int, version: int, body: dict[str, Any], principal: str = "User:alice") -> Any:
+        reached.clear()
+        fn = guarded(ApiHandler(key, "later", 0, version, handler), broker)
+        req = codec.build(codec.request_class(key, version), body)
+        ctx = RequestContext(broker, codec.RequestHeader(key, version, 1, "t"), ConnectionState("127.0.0.1:1", True, principal))
+        answer = asyncio.run(fn(ctx, req))
+        return codec.build(codec.response_class(key, version), answer)
+
+    epochs = {"replica_id": -1, "topics": [{"topic": t, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                                         "leader_epoch": 3}]} for t in ("seen", "hidden")]}
+    r = run(23, 4, epochs)
+    assert [t.topic for t in reached[0].topics] == ["seen"]
+    [denied] = [t for t in r.topics if t.topic == "hidden"]
+    p = denied.partitions[0]
+    assert (int(p.error_code), p.leader_epoch, p.end_offset) == (TOPIC_DENIED, -1, -1)
+    run(23, 4, epochs, "User:follower")  # a follower: CLUSTER_ACTION covers every topic
+    assert [t.topic for t in reached[0].topics] == ["seen", "hidden"]
+    for version in (1, 4):
+        r = run(35, version, {"topics": None})
+        assert not reached and r.results == ()
+        assert version < 3 or int(r.error_code) == CLUSTER_DENIED
+
+
 def test_every_api_has_an_authorization_check():
     """An API without a gate is refused to all but super users; a new API needs its check in
     kcli/broker/authz.py (register_gate), mirroring the operation Kafka's KafkaApis checks."""

@@ -652,7 +652,9 @@ async def _offset_for_leader_epoch(az: Authz, req: Any, call: Call) -> dict[str,
     checking for truncation, KIP-320)."""
     if az.cluster(Op.CLUSTER_ACTION):
         return await call(req)
-    return await split(az, req, call, "topics", _topic(az, Op.DESCRIBE))
+    return await split(az, req, call, "topics", _topic(az, Op.DESCRIBE), error_entry=lambda t, code: {
+        "topic": t.topic, "partitions": [{"partition": int(p.partition), "error_code": code, "leader_epoch": -1,
+                                          "end_offset": -1} for p in t.partitions]}, response_array="topics")
 
 
 @register_gate(35)
