@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,9 +18,10 @@ broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible bro
 def start(
     ctx: typer.Context,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: per-user, $KCLI_DATA_DIR)."),
-    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to listen on; port 0 picks a free one."),
-    config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable)."),
-    config_file: Optional[Path] = typer.Option(None, "--config-file", help="Java-style properties file of broker configs."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on; port 0 picks a free one (default: the config's listeners, else 127.0.0.1:9092)."),
+    config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable); overrides the config file."),
+    config_file: Optional[Path] = typer.Option(None, "--config-file", help="Kafka server.properties file (log.dirs, listeners, node.id, log.retention.hours, ...); flags and --config override it."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse config-file settings kcli does not implement instead of ignoring them."),
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Object store for diskless and tiered data: file:///dir or s3://bucket/prefix."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Join the cluster whose shared state is in this PostgreSQL database: postgresql://USER@HOST:PORT/DB (docs/cluster.md)."),
@@ -28,9 +30,16 @@ def start(
 ) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
 
+    Settings: the explicit flags (--data-dir, --listen, --node-id, ...) over --config over
+    --config-file. Settings of the file kcli does not implement are listed once as ignored
+    (--strict: refused).
+
     Example: kcli broker start --data-dir /tmp/kcli --listen 127.0.0.1:0
+
+    Example: kcli broker start --config-file server.properties --strict
     """
-    from kcli.broker.runner import build_config, configure_logging, default_data_dir, run_foreground
+    from kcli.broker.runner import configure_logging, default_data_dir, load_settings, run_foreground
+    from kcli.broker.server_properties import ignored_line
 
     opts = options(ctx)
     configure_logging(opts.verbose)
@@ -41,7 +50,8 @@ def start(
 
         # In a cluster the batch coordinator's tables live in the cluster database by default.
         extra.update(coordinator_uri_settings(coordinator or cluster))  # type: ignore[arg-type]
-    cfg = build_config(config, config_file, extra)
+    settings = load_settings(config, config_file, extra, data_dir=data_dir, listen=listen, strict=strict)
+    cfg = settings.config
     if cluster is not None and "node.id" not in cfg.explicit:
         raise UsageError("--cluster needs --node-id N (each broker of a cluster has its own node id)")
     if cluster is not None:
@@ -63,7 +73,9 @@ def start(
         from kcli.diskless.storage_setup import check_plugin_classes
 
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
-    raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg))
+    if settings.ignored:
+        sys.stderr.write(f"kcli: warning: {ignored_line(settings.ignored, str(config_file or '--config'))}\n")
+    raise typer.Exit(run_foreground(settings.data_dir or default_data_dir(), settings.listen, cfg))
 
 
 def cluster_options(cluster: str | None, node_id: str | None, rack: str | None) -> dict[str, str]:

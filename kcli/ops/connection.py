@@ -2,7 +2,8 @@
 
 Resolution order (first hit wins): ``--bootstrap-server``, ``--context``, ``$KCLI_BOOTSTRAP_SERVER``,
 the contexts file's current context, else the embedded default: a kcli broker already serving
-the default data dir, or one booted in this process for the duration of the command.
+the default data dir, or one booted in this process for the duration of the command (with the
+contexts file's ``embedded-broker:`` settings).
 
 librdkafka retries an unreachable cluster forever and logs every attempt to stderr. A CLI
 should instead say once that the cluster is unreachable and exit 1, so the clients made here
@@ -119,8 +120,11 @@ def connect(opts: GlobalOptions) -> Iterator[Connection]:
         return
     if (data_dir / "broker.json").exists():
         _say(opts.verbose, f"not using {data_dir / 'broker.json'}: its broker is gone or does not hold {data_dir}")
+    settings = embedded.embedded_settings(contexts_file.load())
+    for note in settings.notes:
+        _say(opts.verbose, note)
     _say(opts.verbose, f"starting an embedded broker on {data_dir}")
-    with embedded.EmbeddedBroker(data_dir) as bootstrap:
+    with embedded.EmbeddedBroker(data_dir, settings.config) as bootstrap:
         yield Connection(bootstrap, {}, f"embedded broker ({data_dir})", opts.verbose)
 
 
