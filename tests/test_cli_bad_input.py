@@ -78,6 +78,7 @@ CASES: dict[str, list[Case]] = {
         C("dump-log", "{segment}", "--max-bytes", "-1", needle="--max-bytes"),
         C("dump-log", "{segment}", "--object-key", "wal/x", needle="--coordinator"),
         C("dump-log", "{segment}", "--coordinator", "mysql://db/x", needle="mysql"),
+        C("dump-log", "{segment}", "--coordinator", "{tmp}/no-such-coordinator.db", needle="no-such-coordinator.db"),
         C("dump-log", "{segment}", "-o", "yaml", needle="yaml"),
     ],
     "completion": [
@@ -165,6 +166,19 @@ CASES: dict[str, list[Case]] = {
         # a cluster shares diskless state through PostgreSQL: a per-broker SQLite coordinator is refused
         C("broker", "start", "--data-dir", "{tmp}/b11", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
           "--node-id", "1", "--coordinator", "sqlite:///{tmp}/c.db", needle="--coordinator"),
+        # a Kafka server.properties (#18): --strict refuses what kcli would ignore; one data dir
+        C("broker", "start", "--data-dir", "{tmp}/b12", "--listen", "127.0.0.1:0", "--config-file", "{kraft_props}",
+          "--strict", needle="process.roles"),
+        C("broker", "start", "--listen", "127.0.0.1:0", "--config-file", "{two_dirs_props}", needle="one data dir"),
+        C("broker", "start", "--data-dir", "{tmp}/b13", "--config-file", "{two_listeners_props}",
+          needle="serves one PLAINTEXT or SASL_PLAINTEXT listener"),
+        C("broker", "start", "--data-dir", "{tmp}/b14", "--listen", "127.0.0.1:0", "--config",
+          "log.retention.hours=forever", needle="log.retention.hours"),
+        C("broker", "start", "--data-dir", "{tmp}/b15", "--listen", "127.0.0.1:0", "--config",
+          "process.roles=broker", needle="Unknown broker config name: process.roles"),
+        C("broker", "start", "--data-dir", "{users}", "--listen", "127.0.0.1:0", code=1, needle="not a directory"),
+        C("broker", "start", "--data-dir", "{tmp}/b16", "--listen", "127.0.0.1:0", "--coordinator", "mysql://x/y",
+          needle="--coordinator expects"),
     ],
     "broker metrics": [
         C("broker", "metrics", "--bogus", needle="--bogus"),
@@ -200,6 +214,10 @@ CASES: dict[str, list[Case]] = {
     "diskless verify": [
         O("diskless", "verify", "--object-store", "file:///tmp", code=2, needle="--coordinator"),
         O("diskless", "verify", "--max-objects", "-1", code=2, needle="--max-objects"),
+        O("diskless", "verify", "--key", "wal/no-such-object", code=1, needle="no object 'wal/no-such-object'"),
+        C("diskless", "verify", "--coordinator", "{data_dir}/diskless/coordinator.db", "--key", "wal/nope", code=1,
+          needle="no object 'wal/nope'"),
+        C("diskless", "verify", "--coordinator", "sqlite://", needle="--coordinator expects"),
         C("diskless", "verify", "--coordinator", "sqlite://{tmp}/missing.db", needle="missing.db"),
         C("diskless", "verify", "--coordinator", "sqlite://{garbage_db}", "--object-store", "file://{tmp}",
           needle="not a usable coordinator database"),
@@ -286,7 +304,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         good = tmp / "good-runbook.yaml"
         good.write_text("description: ok\nbootstrap_server: ${bootstrap}\nvariables: {bootstrap: localhost:9092}\n"
                         "steps:\n  - name: list\n    topics.list: {}\n")
+        for name, text in (("kraft_props", "process.roles=broker,controller\nnum.partitions=1\n"),
+                           ("two_dirs_props", f"log.dirs={tmp}/d1,{tmp}/d2\n"),
+                           ("two_listeners_props", "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\n")):
+            (tmp / f"{name}.properties").write_text(text)
         e.vars = {"segment": str(next(broker.data_dir.glob(f"{CLASSIC}-0/*.log"))), "users": str(users),
+                  **{n: str(tmp / f"{n}.properties") for n in ("kraft_props", "two_dirs_props", "two_listeners_props")},
                   "garbage_db": str(tmp / "garbage.db"), "bad_runbook": str(tmp / "bad-runbook.yaml"),
                   "good_runbook": str(good)}
         yield e

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from kcli.cli.common import options
+from kcli.cli.common import coordinator_uri, options
 from kcli.errors import UsageError
 
 broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible broker.", no_args_is_help=True)
@@ -49,7 +49,7 @@ def start(
         from kcli.diskless.storage_setup import coordinator_uri_settings
 
         # In a cluster the batch coordinator's tables live in the cluster database by default.
-        extra.update(coordinator_uri_settings(coordinator or cluster))  # type: ignore[arg-type]
+        extra.update(coordinator_uri_settings(coordinator_uri(coordinator) or cluster))  # type: ignore[arg-type]
     settings = load_settings(config, config_file, extra, data_dir=data_dir, listen=listen, strict=strict)
     cfg = settings.config
     if cluster is not None and "node.id" not in cfg.explicit:

@@ -14,10 +14,12 @@ class Shell(str, Enum):
 
 
 def completion_script(shell: str) -> str:
-    """The script Typer generates for ``shell`` (same as ``_KCLI_COMPLETE=source_<shell> kcli``)."""
+    """The script Typer generates for ``shell`` (as ``_KCLI_COMPLETE=source_<shell> kcli``), trimmed
+    to start with its first line and end with one newline."""
     from typer._completion_shared import get_completion_script
 
-    return get_completion_script(prog_name="kcli", complete_var="_KCLI_COMPLETE", shell=shell)
+    # Typer's scripts start with a blank line: zsh's autoload wants `#compdef kcli` first.
+    return get_completion_script(prog_name="kcli", complete_var="_KCLI_COMPLETE", shell=shell).strip() + "\n"
 
 
 def complete_topic(incomplete: str) -> list[str]:

@@ -17,6 +17,10 @@ Rule (documented in docs/dump-log.md):
      batchLength >= 49 at offset 9) → "unsupported WAL segment version N" (exit 1): it is a WAL
      object from a newer writer, and guessing its layout would print wrong offsets;
    * anything else → unknown (Kafka's "Ignoring unknown file").
+3. kcli's own small logs (the cluster metadata log ``__cluster_metadata/metadata.log``, the
+   committed-offsets log ``__consumer_offsets/offsets.log``, the remote log metadata log
+   ``__remote_log_metadata/metadata.log``) are ``.log`` files of ``<crc32c hex> <json>`` lines
+   (kcli/crcjson.py), not record batches: a ``.log`` that starts like one is dumped as such.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Kind(str, Enum):
     TIMEINDEX = "timeindex"
     TXNINDEX = "txnindex"
     CHECKPOINT = "checkpoint"  # Kafka's offset checkpoint files, e.g. the log cleaner's
+    KCLI_LOG = "kcli-log"  # kcli's metadata / offsets / remote log metadata logs (crcjson lines)
     WAL = "wal"
     UNKNOWN = "unknown"
 
@@ -81,6 +86,15 @@ def by_name(basename: str) -> Kind | None:
     return _SUFFIX_KINDS.get(basename[dot:]) if dot >= 0 else None
 
 
+_CRCJSON_HEAD = re.compile(rb"^[0-9a-f]{8} \{")
+
+
+def is_crcjson(head: bytes) -> bool:
+    """A kcli ``<crc32c hex> <json>`` line starts here (a segment's base offset and batch
+    length are binary: 8 hex digits, a space and a brace are no batch header)."""
+    return bool(_CRCJSON_HEAD.match(head))
+
+
 def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
     """True when a v2 batch header plausibly starts at ``at`` (magic and length fields only)."""
     if len(head) < at + 17:
@@ -92,6 +106,8 @@ def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
 def detect(source: Source) -> Detection:
     """Classify ``source``; raises UnsupportedWalVersion for a WAL object from a newer format."""
     kind = by_name(source.basename)
+    if kind is Kind.LOG and source.size >= 10 and is_crcjson(bytes(source.view(0, 10))):
+        return Detection(Kind.KCLI_LOG)
     if kind is not None:
         return Detection(kind, base_offset_from_name(source.basename))
     if source.size == 0:
