@@ -138,7 +138,10 @@ def main() -> None:
                   for a in sys.argv[1:])
     import signal
 
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+    from kcli.cli.early_interrupt import is_early_handler
+
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or is_early_handler(current):  # not when started with SIGINT ignored
         signal.signal(signal.SIGINT, raise_keyboard_interrupt)  # Python's behaviour, remembered
     try:
         rc = app(prog_name="kcli", standalone_mode=False)

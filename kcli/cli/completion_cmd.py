@@ -44,6 +44,7 @@ def complete_topic(incomplete: str) -> list[str]:
                     props = dict(getattr(ctx, "properties", {}) or {})
             except Exception:
                 bootstrap = None
+        bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         if not bootstrap:
             running = running_broker(default_data_dir())  # never another cluster's broker
             bootstrap = running.bootstrap if running is not None else None

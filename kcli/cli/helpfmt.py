@@ -45,10 +45,11 @@ def _range(option: Any) -> str | None:
 
 def install() -> None:
     """Make Typer's option class render values as above (idempotent)."""
-    from typer.core import TyperOption
+    from typer.core import TyperArgument, TyperOption
 
     if getattr(TyperOption, "_kcli_help", False):
         return
     TyperOption.display_type_rich = lambda self, ctx: _label(self, ctx)  # type: ignore[method-assign]
+    TyperArgument.display_type_rich = lambda self, ctx: _label(self, ctx)  # type: ignore[method-assign]
     TyperOption._get_number_range_help_str = _range  # type: ignore[method-assign]
     TyperOption._kcli_help = True  # type: ignore[attr-defined]
