@@ -227,6 +227,33 @@ CASES: dict[str, list[Case]] = {
         O("diskless", "gc", "--engine", "gpu", code=2, needle="gpu"),
         C("diskless", "gc", "--coordinator", "sqlite://{tmp}/missing.db", "--dry-run", needle="missing.db"),
     ],
+    "cluster start": [
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--brokers", "0", needle="--brokers"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--racks", ",,", needle="--racks"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--base-port", "70000", needle="--base-port"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--timeout", "-1", needle="--timeout"),
+    ],
+    "cluster status": [
+        C("cluster", "status", "--data-dir", "{tmp}/no-cluster", code=1, needle="no cluster"),
+    ],
+    "cluster stop": [
+        C("cluster", "stop", "--data-dir", "{tmp}/no-cluster", code=1, needle="no cluster"),
+        C("cluster", "stop", "--data-dir", "{tmp}/no-cluster", "--timeout", "-5", needle="--timeout"),
+    ],
+    "users list": [
+        C("-b", "127.0.0.1:1", "users", "list", code=1, needle="127.0.0.1:1"),
+    ],
+    "users set": [
+        C("users", "set", "--password-stdin", stdin="pw\n", needle="user"),
+        O("users", "set", "alice", "--mechanism", "MD5", "--password-stdin", stdin="pw\n", code=2, needle="MD5"),
+        O("users", "set", "alice", "--iterations", "10", "--password-stdin", stdin="pw\n",
+          needle="UNACCEPTABLE_CREDENTIAL"),
+    ],
+    "users delete": [
+        C("users", "delete", needle="user"),
+        O("users", "delete", "nobody", "--mechanism", "SHA1", code=2, needle="SHA1"),
+        O("users", "delete", "nobody"),
+    ],
     "runbook validate": [
         C("runbook", "validate", needle="FILE"),
         C("runbook", "validate", "{tmp}/missing.yaml", needle="missing.yaml", problem_lines=True),
