@@ -278,6 +278,7 @@ def test_strict_refuses_the_settings_it_would_ignore(tmp_path: Path, cli_env: di
 def test_flags_override_config_which_overrides_the_file(tmp_path: Path, start_broker) -> None:  # noqa: ANN001
     props = tmp_path / "server.properties"
     props.write_text(f"listeners=PLAINTEXT://127.0.0.1:{_free_port()}\nlog.dirs={tmp_path / 'from-file'}\n"
+                     "advertised.listeners=PLAINTEXT://kafka.example:9092\n"
                      "node.id=5\nnum.partitions=2\nlog.retention.ms=1000\nlog.retention.hours=1\n")
     flag_dir = tmp_path / "from-flag"
     b = start_broker("--config-file", str(props), "--config", "num.partitions=3", "--config", "node.id=6",
@@ -286,6 +287,7 @@ def test_flags_override_config_which_overrides_the_file(tmp_path: Path, start_br
     assert (flag_dir / "broker.json").exists() and not (tmp_path / "from-file").exists()
     md = _admin(b.bootstrap).list_topics(timeout=30)
     assert list(md.brokers) == [7]  # --node-id over --config node.id=6 over the file's node.id=5
+    assert (md.brokers[7].host, md.brokers[7].port) == ("127.0.0.1", b.port)  # not the file's advertised address
     configs = _broker_config(b.bootstrap, 7)
     assert configs["num.partitions"] == "3"
     assert configs["log.retention.ms"] == str(2 * 3_600_000)  # --config's hours over the file's ms

@@ -90,6 +90,9 @@ def load_settings(pairs: list[str] | dict[str, str], config_file: Path | None, e
         if strict and ignored:
             where = source or (str(config_file) if config_file is not None else "--config")
             raise ConfigError(f"{where}: settings kcli does not implement (--strict): {', '.join(ignored)}")
+        if (listen or from_flags.listen) and from_file.listen and "advertised.listeners" not in given:
+            # the file's advertised address belongs to the file's listener, which was replaced
+            from_file.configs.pop("advertised.listeners", None)
         values = {**from_file.configs, **from_flags.configs, **(extra or {})}
         return BrokerSettings(BrokerConfig(values), data_dir or from_flags.data_dir or from_file.data_dir,
                               listen or from_flags.listen or from_file.listen or DEFAULT_LISTEN, ignored)

@@ -23,16 +23,16 @@ def start(
     config_file: Optional[Path] = typer.Option(None, "--config-file", help="Kafka server.properties file (log.dirs, listeners, node.id, log.retention.hours, ...); flags and --config override it."),
     strict: bool = typer.Option(False, "--strict", help="Refuse config-file settings kcli does not implement instead of ignoring them."),
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Object store for diskless and tiered data: file:///dir or s3://bucket/prefix."),
-    coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: a SQLite database path, sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Join the cluster whose shared state is in this PostgreSQL database: postgresql://USER@HOST:PORT/DB (docs/cluster.md)."),
     node_id: Optional[str] = typer.Option(None, "--node-id", help="This broker's node id (node.id), unique in the cluster."),
     rack: Optional[str] = typer.Option(None, "--rack", help="This broker's rack (broker.rack)."),
 ) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
 
-    Settings: the explicit flags (--data-dir, --listen, --node-id, ...) over --config over
-    --config-file. Settings of the file kcli does not implement are listed once as ignored
-    (--strict: refused).
+    Settings: flags over --config over --config-file.
+
+    Settings of the file that kcli does not implement are listed once as ignored (--strict: refused).
 
     Example: kcli broker start --data-dir /tmp/kcli --listen 127.0.0.1:0
 

@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from kcli.dumplog.sources import Source
+from kcli.dumplog.sources import Source, SourceError
 
 WAL_VERSION = 0
 _MIN_BATCH_LENGTH = 49  # v2 batch header (61) minus baseOffset and batchLength
@@ -95,6 +95,15 @@ def is_crcjson(head: bytes) -> bool:
     return bool(_CRCJSON_HEAD.match(head))
 
 
+def _starts_like_crcjson(source: Source) -> bool:
+    if source.size < 10:
+        return False
+    try:
+        return is_crcjson(bytes(source.view(0, 10)))
+    except SourceError:  # e.g. shrank since its size was taken: the segment dump reports it
+        return False
+
+
 def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
     """True when a v2 batch header plausibly starts at ``at`` (magic and length fields only)."""
     if len(head) < at + 17:
@@ -106,7 +115,7 @@ def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
 def detect(source: Source) -> Detection:
     """Classify ``source``; raises UnsupportedWalVersion for a WAL object from a newer format."""
     kind = by_name(source.basename)
-    if kind is Kind.LOG and source.size >= 10 and is_crcjson(bytes(source.view(0, 10))):
+    if kind is Kind.LOG and _starts_like_crcjson(source):
         return Detection(Kind.KCLI_LOG)
     if kind is not None:
         return Detection(kind, base_offset_from_name(source.basename))
