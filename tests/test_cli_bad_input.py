@@ -138,6 +138,10 @@ CASES: dict[str, list[Case]] = {
         O("topics", "alter", "-t", DISKLESS, "--enable-tiering", needle="diskless"),
         O("topics", "alter", "-t", DISKLESS, "--config", "diskless.enable=false", needle="diskless.enable"),
         O("topics", "alter", "-t", DISKLESS, "--config", "cleanup.policy=compact", needle="compact"),
+        O("topics", "alter", "-t", TIERED, "--wait", code=2, needle="--wait goes with"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--timeout", "5", code=2, needle="--timeout goes with --wait"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--wait", "--timeout", "-1", code=2, needle="--timeout"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--wait", "--dry-run", code=2, needle="mutually exclusive"),
     ],
     "topics delete": [
         C("topics", "delete", needle="--topic"),
@@ -214,13 +218,13 @@ CASES: dict[str, list[Case]] = {
     "diskless verify": [
         O("diskless", "verify", "--object-store", "file:///tmp", code=2, needle="--coordinator"),
         O("diskless", "verify", "--max-objects", "-1", code=2, needle="--max-objects"),
+        C("diskless", "verify", "--coordinator", "sqlite://{tmp}/missing.db", needle="missing.db"),
+        C("diskless", "verify", "--coordinator", "sqlite://{garbage_db}", "--object-store", "file://{tmp}",
+          needle="not a usable coordinator database"),
         O("diskless", "verify", "--key", "wal/no-such-object", code=1, needle="no object 'wal/no-such-object'"),
         C("diskless", "verify", "--coordinator", "{data_dir}/diskless/coordinator.db", "--key", "wal/nope", code=1,
           needle="no object 'wal/nope'"),
         C("diskless", "verify", "--coordinator", "sqlite://", needle="--coordinator expects"),
-        C("diskless", "verify", "--coordinator", "sqlite://{tmp}/missing.db", needle="missing.db"),
-        C("diskless", "verify", "--coordinator", "sqlite://{garbage_db}", "--object-store", "file://{tmp}",
-          needle="not a usable coordinator database"),
     ],
     "diskless gc": [
         O("diskless", "gc", "--grace-ms", "10", code=2, needle="--grace-ms"),

@@ -264,8 +264,9 @@ def test_ctrl_c_exits_130_in_commands_waiting_on_a_cluster(tmp_path: Path, cli_e
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)  # the kernel completes the handshakes; nobody ever reads
         bs = f"127.0.0.1:{silent.getsockname()[1]}"
-        for args in (["topics", "list"], ["diskless", "describe"], ["consume", "-t", "x"],
-                     ["topics", "alter", "-t", "x", "--disable-tiering"]):
+        # (consume: librdkafka gives up on a silent broker within ~2 s here; its Ctrl-C is tested
+        # against a real broker in tests/test_cli_clients.py)
+        for args in (["topics", "list"], ["diskless", "describe"], ["topics", "alter", "-t", "x", "--disable-tiering"]):
             code, err = _interrupt(["-b", bs, *args], cli_env, 2.0)
             assert code == 130, (args, err)
             lines = [ln for ln in err.splitlines() if ln.strip()]
