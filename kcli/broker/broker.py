@@ -187,6 +187,7 @@ class Broker:
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
         self.groups: Any = None
+        self.transactions: Any = None  # kcli/broker/transactions.py
         self.diskless: Any = None
         self.tiered: Any = None
         self.partition_reducer: Any = None
@@ -200,6 +201,10 @@ class Broker:
 
         faults.configure(config.prefixed("kcli.fault."))  # crash-test pause points; ConfigError if bad
         self.sasl_enabled = self.sasl is not None
+        from kcli.broker.acl import authorizer_from_config
+
+        # None: every request allowed, as without authorizer.class.name in Kafka (kcli/broker/authz.py)
+        self.authorizer = authorizer_from_config(config, lambda: self.state.acls, lambda: self.state.acls_version)
         self.advertised_host = host
         self.advertised_port = port
         self._lock_fd: int | None = None
@@ -350,6 +355,10 @@ class Broker:
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
                                        node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
+        from kcli.broker.transactions import TransactionCoordinator
+
+        self.transactions = TransactionCoordinator(self.metadata.transaction_store(self.data_dir), self)
+        await self.transactions.start()
         for hook in self.extensions:
             await hook.start()
 
@@ -377,6 +386,8 @@ class Broker:
         self.notifier.wake_all()
         if self.groups is not None:
             await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.server is not None:
             await self.server.stop()
         for t in self._tasks:
@@ -493,21 +504,18 @@ class Broker:
                 raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
             if not self.config.get_bool("remote.log.storage.system.enable"):
                 raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
-        self._check_compaction(out, diskless, topic)
+        self._check_compaction(out, topic)
         return out
 
-    def _check_compaction(self, out: dict[str, str], diskless: bool, topic: TopicState | None) -> None:
-        """cleanup.policy=compact (kcli/storage/cleaner.py) is for classic topics: refused on
-        diskless topics for now, and with remote storage as Kafka refuses it."""
+    def _check_compaction(self, out: dict[str, str], topic: TopicState | None) -> None:
+        """cleanup.policy=compact (kcli/storage/cleaner.py, kcli/diskless/compaction.py): refused
+        with remote storage, as Kafka refuses it."""
         old = topic.configs if topic is not None else {}
         policy = out.get("cleanup.policy", old.get("cleanup.policy"))
         if policy is None:
             policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
         if "compact" not in policy.split(","):
             return
-        if diskless:
-            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported on diskless topics yet "
-                                              "(kcli compacts classic topics only); use delete")
         if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
             raise BrokerError(INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
 
@@ -623,6 +631,7 @@ class Broker:
             hook.topic_deleted(t)
         if self.groups is not None:
             self.groups.delete_topic_offsets(t.name, t.topic_id)
+        self.metrics.forget_label("topic", t.name)  # its per-topic series leave the metrics endpoint
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         t = self.state.topics.get(name)
@@ -778,14 +787,16 @@ class Broker:
             out.update(hook.topic_state(t))
         return out
 
-    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool) -> Any:
-        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``."""
+    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool,
+                             upper_bound: int | None = None) -> Any:
+        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``.
+        ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads."""
         if self.is_diskless(t):
             return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
         lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
             return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)
-        return lg.read(offset, max_bytes, min_one_batch=min_one)
+        return lg.read(offset, max_bytes, min_one_batch=min_one, upper_bound=upper_bound)
 
     def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
         """(high watermark, log start offset)."""

@@ -174,6 +174,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listener address.", read_only=True),
     ConfigDef("advertised.listeners", "list", [], "Address given to clients; defaults to the listener.", read_only=True),
     ConfigDef("log.dirs", "string", "", "Data directory.", read_only=True),
+    ConfigDef("metrics.listen", "string", "", "HOST:PORT of the Prometheus metrics endpoint (kcli; empty: none).", read_only=True),
     ConfigDef("broker.rack", "string", "", "Rack of this broker.", read_only=True),
     # Cluster mode (kcli/cluster/): Kafka's KRaft broker lease settings
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "How often a broker renews its registration lease.", at_least(100), read_only=True),
@@ -227,6 +228,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, "", at_least(0)),
     ConfigDef("offsets.retention.minutes", "int", 10080, "", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
+    # Transactions (KIP-98)
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              "How often transactions past their timeout are aborted.", at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000,
+              "How long an idle transactional id is kept after its last transaction.", at_least(1)),
     # KIP-405
     ConfigDef("remote.log.storage.system.enable", "boolean", False, "Enable tiered storage on this broker."),
     ConfigDef("remote.log.storage.manager.class.name", "string", "plugins.rsm.object_store.ObjectStoreRemoteStorageManager",
@@ -251,6 +258,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication.", at_least(1)),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, "Delay before answering a failed authentication.", at_least(0)),
+    ConfigDef("authorizer.class.name", "string", "", "The authorizer: empty (everything allowed) or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer (ACLs in the cluster metadata).",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")),
+    ConfigDef("super.users", "string", "", "Principals the authorizer always allows, e.g. User:admin;User:ops."),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False,
+              "With an authorizer: allow every principal on resources that no ACL names."),
 )
 
 

@@ -11,12 +11,18 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kcli.broker.broker import Broker, DataDirError
 from kcli.broker.broker_config import BrokerConfig, read_properties
 from kcli.broker.configs import ConfigError
 from kcli.broker.server_properties import translate
 from kcli.errors import OperationError, UsageError
+
+if TYPE_CHECKING:
+    from kcli.broker.prometheus import MetricsExporter
+
+log = logging.getLogger("kcli.broker")
 
 
 def default_data_dir() -> Path:
@@ -28,7 +34,7 @@ def default_data_dir() -> Path:
     return Path(base) / "kcli" / "data"
 
 
-def parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
     v = value.strip()
     for scheme in ("PLAINTEXT://", "SASL_PLAINTEXT://"):
@@ -40,13 +46,13 @@ def parse_listen(value: str) -> tuple[str, int]:
     else:
         host, sep, port_s = v.rpartition(":")
         if not sep:
-            raise UsageError(f"--listen expects HOST:PORT, got {value!r}")
+            raise UsageError(f"{flag} expects HOST:PORT, got {value!r}")
     try:
         port = int(port_s)
     except ValueError:
-        raise UsageError(f"--listen expects HOST:PORT with a numeric port, got {value!r}") from None
+        raise UsageError(f"{flag} expects HOST:PORT with a numeric port, got {value!r}") from None
     if not 0 <= port <= 65535:
-        raise UsageError(f"--listen port must be 0..65535, got {port}")
+        raise UsageError(f"{flag} port must be 0..65535, got {port}")
     return host or "127.0.0.1", port
 
 
@@ -123,9 +129,10 @@ def _check_listener_protocol(listen: str, sasl: bool) -> None:
         raise UsageError("--listen PLAINTEXT://... but sasl.enabled.mechanisms is set: use SASL_PLAINTEXT://HOST:PORT")
 
 
-def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
+def run_foreground(data_dir: Path, listen: str, config: BrokerConfig, metrics_listen: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM; print the listening line once connections are accepted."""
     host, port = parse_listen(listen)
+    metrics_at = metrics_address(metrics_listen, config)
     _check_listener_protocol(listen, bool(config.get("sasl.enabled.mechanisms")))
     if not _is_loopback(host) and not config.get("sasl.enabled.mechanisms"):
         sys.stderr.write(f"kcli: warning: listening on non-loopback address {host} without authentication\n")
@@ -150,15 +157,57 @@ def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # before the line: a signal right after it stops cleanly
             loop.add_signal_handler(sig, lambda s=sig: (received.append(s), stop.set()))
+        exporter = await start_exporter(broker, metrics_at)
+        started_log(broker, h, p, exporter)
         sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
         sys.stdout.flush()
         await stop.wait()
+        log.info("[KafkaServer id=%d] shutting down", broker.node_id, extra={"event": "broker.stopping"})
+        if exporter is not None:
+            await exporter.close()
         await broker.close()
+        log.info("[KafkaServer id=%d] shut down completed", broker.node_id, extra={"event": "broker.stopped"})
 
     received: list[int] = []
     asyncio.run(main())
     # Ctrl-C: 130, as a shell reports it; SIGTERM (a service manager's stop) is a clean exit.
     return 128 + signal.SIGINT if received[:1] == [signal.SIGINT] else 0
+
+
+def started_log(broker: Broker, host: str, port: int, exporter: "MetricsExporter | None") -> None:
+    """Kafka's "[KafkaServer id=N] started" line, with what an operator checks first."""
+    listener = f"{'SASL_PLAINTEXT' if broker.sasl_enabled else 'PLAINTEXT'}://{host}:{port}"
+    log.info("[KafkaServer id=%d] started: listeners %s, cluster id %s, data dir %s%s", broker.node_id, listener,
+             broker.cluster_id, broker.data_dir, f", metrics http://{exporter.address}/metrics" if exporter else "",
+             extra={"event": "broker.started", "node_id": broker.node_id, "listeners": [listener],
+                    "cluster_id": broker.cluster_id, "data_dir": str(broker.data_dir),
+                    "metrics_listen": exporter.address if exporter else None})
+
+
+def metrics_address(metrics_listen: str | None, config: BrokerConfig) -> tuple[str, int] | None:
+    """HOST, PORT of the Prometheus endpoint: --metrics-listen, else broker config metrics.listen."""
+    if metrics_listen:
+        return parse_listen(metrics_listen, "--metrics-listen")
+    if config.get_str("metrics.listen"):
+        return parse_listen(config.get_str("metrics.listen"), "metrics.listen")
+    return None
+
+
+async def start_exporter(broker: Broker, address: tuple[str, int] | None) -> "MetricsExporter | None":
+    """Serve the Prometheus endpoint on ``address`` (None: no endpoint)."""
+    if address is None:
+        return None
+    from kcli.broker.prometheus import MetricsExporter
+
+    host, port = address
+    exporter = MetricsExporter(broker, host, port)
+    try:
+        await exporter.start()
+    except OSError as err:
+        await broker.close()
+        reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
+        raise OperationError(f"cannot listen for metrics on {host}:{port}: {reason}") from None
+    return exporter
 
 
 class EmbeddedBroker:
@@ -236,9 +285,8 @@ def running_broker_address(data_dir: Path) -> str | None:
         return None
 
 
-def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def configure_logging(verbose: bool, level: str | None = None, fmt: str = "text") -> None:
+    """The broker logs at INFO by default, as Kafka does (``--log-level`` changes it)."""
+    from kcli.broker.logsetup import configure
+
+    configure(level or "INFO", fmt)
