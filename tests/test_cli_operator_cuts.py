@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
@@ -242,7 +241,7 @@ def test_tiering_alter_waits_until_disabled(broker_factory, cli_env: dict[str, s
 # ---- Ctrl-C -------------------------------------------------------------------------------------
 
 
-def _interrupt(args: list[str], env: dict[str, str], after_s: float, *, drain: bool = True) -> tuple[int, str]:
+def _interrupt(args: list[str], env: dict[str, str], after_s: float) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-m", "kcli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env, cwd=REPO)
     try:
