@@ -10,6 +10,15 @@ Layout (YAML), at ``$KCLI_CONFIG`` or ``~/.config/kcli/config.yaml``::
           security.protocol: SASL_SSL
           sasl.mechanism: PLAIN
 
+A top-level ``embedded-broker:`` section configures the broker a command boots when no cluster
+is given (kcli/broker/embedded.py), with the settings `kcli broker start` takes::
+
+    embedded-broker:
+      config-file: ~/kafka/server.properties   # a Kafka server.properties
+      config:                                  # like --config; overrides the file
+        remote.log.storage.system.enable: true
+        delete.topic.partition.enable: true
+
 The file may hold SASL passwords, so it is written with mode 0600 and atomically (a crash
 never leaves half a file). Bad content is a :class:`UsageError`: the operator must fix it.
 """
@@ -49,12 +58,29 @@ class Context:
 
 
 @dataclass
+class EmbeddedBrokerSection:
+    """Settings of the embedded default broker: a properties file and ``--config``-style pairs."""
+
+    config_file: Path | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.config_file is not None:
+            out["config-file"] = str(self.config_file)
+        if self.config:
+            out["config"] = dict(self.config)
+        return out
+
+
+@dataclass
 class ContextsConfig:
     """The whole file. ``path`` is where it was read from and will be written to."""
 
     path: Path
     current_context: str | None = None
     contexts: dict[str, Context] = field(default_factory=dict)
+    embedded_broker: EmbeddedBrokerSection = field(default_factory=EmbeddedBrokerSection)
 
     def get(self, name: str) -> Context:
         """The context called ``name``; an unknown name is a usage error (exit 2)."""
@@ -158,7 +184,23 @@ def load(path: Path | None = None) -> ContextsConfig:
             raise UsageError(f"contexts file {path}: properties of context {name!r} must be a mapping")
         props = {str(k): _as_property_value(str(k), v, path) for k, v in props_raw.items()}
         contexts[name] = Context(name=name, bootstrap_servers=servers.strip(), properties=props)
-    return ContextsConfig(path=path, current_context=current or None, contexts=contexts)
+    return ContextsConfig(path=path, current_context=current or None, contexts=contexts,
+                          embedded_broker=_embedded_section(raw.get("embedded-broker"), path))
+
+
+def _embedded_section(raw: Any, path: Path) -> EmbeddedBrokerSection:
+    if raw is None:
+        return EmbeddedBrokerSection()
+    if not isinstance(raw, dict) or set(raw) - {"config-file", "config"}:
+        raise UsageError(f"contexts file {path}: embedded-broker takes config-file: PATH and config: a mapping")
+    config_file = raw.get("config-file")
+    if config_file is not None and (not isinstance(config_file, str) or not config_file.strip()):
+        raise UsageError(f"contexts file {path}: embedded-broker config-file must be a path")
+    config = raw.get("config") or {}
+    if not isinstance(config, dict):
+        raise UsageError(f"contexts file {path}: embedded-broker config must be a mapping of broker configs")
+    return EmbeddedBrokerSection(Path(config_file).expanduser() if config_file else None,
+                                 {str(k): _as_property_value(str(k), v, path) for k, v in config.items()})
 
 
 def save(config: ContextsConfig) -> None:
@@ -173,6 +215,8 @@ def save(config: ContextsConfig) -> None:
                  if c.properties else {"bootstrap-servers": c.bootstrap_servers})
         for c in config.contexts.values()
     }
+    if config.embedded_broker.to_dict():
+        body["embedded-broker"] = config.embedded_broker.to_dict()
     path = config.path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,7 @@ CASES: dict[str, list[Case]] = {
         C("dump-log", "{segment}", "--max-bytes", "-1", needle="--max-bytes"),
         C("dump-log", "{segment}", "--object-key", "wal/x", needle="--coordinator"),
         C("dump-log", "{segment}", "--coordinator", "mysql://db/x", needle="mysql"),
+        C("dump-log", "{segment}", "--coordinator", "{tmp}/no-such-coordinator.db", needle="no-such-coordinator.db"),
         C("dump-log", "{segment}", "-o", "yaml", needle="yaml"),
     ],
     "completion": [
@@ -179,6 +180,10 @@ CASES: dict[str, list[Case]] = {
         O("topics", "alter", "-t", TIERED, "--disable-tiering", "--policy", "shred", needle="retain, delete"),
         O("topics", "alter", "-t", DISKLESS, "--enable-tiering", needle="diskless"),
         O("topics", "alter", "-t", DISKLESS, "--config", "diskless.enable=false", needle="diskless.enable"),
+        O("topics", "alter", "-t", TIERED, "--wait", code=2, needle="--wait goes with"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--timeout", "5", code=2, needle="--timeout goes with --wait"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--wait", "--timeout", "-1", code=2, needle="--timeout"),
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--wait", "--dry-run", code=2, needle="mutually exclusive"),
     ],
     "topics delete": [
         C("topics", "delete", needle="--topic"),
@@ -217,6 +222,19 @@ CASES: dict[str, list[Case]] = {
         C("broker", "start", "--data-dir", "{tmp}/b16", "--listen", "nonsense", "--daemon", needle="--listen"),
         C("broker", "start", "--data-dir", "{data_dir}", "--listen", "127.0.0.1:0", "--daemon", code=1,
           needle="already running"),
+        # a Kafka server.properties (#18): --strict refuses what kcli would ignore; one data dir
+        C("broker", "start", "--data-dir", "{tmp}/b17", "--listen", "127.0.0.1:0", "--config-file", "{kraft_props}",
+          "--strict", needle="process.roles"),
+        C("broker", "start", "--listen", "127.0.0.1:0", "--config-file", "{two_dirs_props}", needle="one data dir"),
+        C("broker", "start", "--data-dir", "{tmp}/b18", "--config-file", "{two_listeners_props}",
+          needle="serves one PLAINTEXT or SASL_PLAINTEXT listener"),
+        C("broker", "start", "--data-dir", "{tmp}/b19", "--listen", "127.0.0.1:0", "--config",
+          "log.retention.hours=forever", needle="log.retention.hours"),
+        C("broker", "start", "--data-dir", "{tmp}/b20", "--listen", "127.0.0.1:0", "--config",
+          "process.roles=broker", needle="Unknown broker config name: process.roles"),
+        C("broker", "start", "--data-dir", "{users}", "--listen", "127.0.0.1:0", code=1, needle="not a directory"),
+        C("broker", "start", "--data-dir", "{tmp}/b21", "--listen", "127.0.0.1:0", "--coordinator", "mysql://x/y",
+          needle="--coordinator expects"),
     ],
     "broker status": [
         C("broker", "status", "--bogus", needle="--bogus"),
@@ -264,6 +282,10 @@ CASES: dict[str, list[Case]] = {
         C("diskless", "verify", "--coordinator", "sqlite://{tmp}/missing.db", needle="missing.db"),
         C("diskless", "verify", "--coordinator", "sqlite://{garbage_db}", "--object-store", "file://{tmp}",
           needle="not a usable coordinator database"),
+        O("diskless", "verify", "--key", "wal/no-such-object", code=1, needle="no object 'wal/no-such-object'"),
+        C("diskless", "verify", "--coordinator", "{data_dir}/diskless/coordinator.db", "--key", "wal/nope", code=1,
+          needle="no object 'wal/nope'"),
+        C("diskless", "verify", "--coordinator", "sqlite://", needle="--coordinator expects"),
     ],
     "diskless gc": [
         O("diskless", "gc", "--grace-ms", "10", code=2, needle="--grace-ms"),
@@ -412,7 +434,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         good = tmp / "good-runbook.yaml"
         good.write_text("description: ok\nbootstrap_server: ${bootstrap}\nvariables: {bootstrap: localhost:9092}\n"
                         "steps:\n  - name: list\n    topics.list: {}\n")
+        for name, text in (("kraft_props", "process.roles=broker,controller\nnum.partitions=1\n"),
+                           ("two_dirs_props", f"log.dirs={tmp}/d1,{tmp}/d2\n"),
+                           ("two_listeners_props", "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\n")):
+            (tmp / f"{name}.properties").write_text(text)
         e.vars = {"segment": str(next(broker.data_dir.glob(f"{CLASSIC}-0/*.log"))), "users": str(users),
+                  **{n: str(tmp / f"{n}.properties") for n in ("kraft_props", "two_dirs_props", "two_listeners_props")},
                   "garbage_db": str(tmp / "garbage.db"), "bad_runbook": str(tmp / "bad-runbook.yaml"),
                   "good_runbook": str(good)}
         yield e

@@ -182,6 +182,10 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     young = wal / str(uuid.uuid4())
     young.write_bytes(b"\x00young")
     os.utime(young, (time.time() + 3600, time.time() + 3600))  # never past the grace period
+    young_orphan = wal / str(uuid.uuid4())  # an intent and no commit, inside the grace period
+    young_orphan.write_bytes(b"\x00young-orphan")
+    os.utime(young_orphan, (time.time() + 3600, time.time() + 3600))
+    record_upload_intent(b.data_dir, f"wal/{young_orphan.name}", at_ms=int(time.time() * 1000) + 3_600_000)
     bs = ("-b", b.bootstrap)
     g_objects = kcli_inproc(*bs, "diskless", "objects", "--topic", "g", "-o", "json").json()["objects"]
     assert len(g_objects) == 2
@@ -192,6 +196,10 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     assert dry.code == 0, dry.err
     report = dry.json()
     assert report["dry_run"] is True and report["orphans"] == [f"wal/{old.name}"]
+    assert report["orphans_waiting"] == [f"wal/{young_orphan.name}"]  # listed, marked as inside the grace period
+    dry_table = kcli_inproc(*bs, "diskless", "gc", "--dry-run")
+    assert "Orphans inside the grace period (kept until it is over): 1 object(s)" in dry_table.out
+    assert f"  orphans_waiting: wal/{young_orphan.name}" in dry_table.out
     assert report["orphans_bytes"] == len(b"\x00orphan")
     assert sorted(report["deleted"]) == sorted(o["object_key"] for o in g_objects)
     assert report["deleted_bytes"] == sum(o["file_size"] for o in g_objects)
@@ -201,7 +209,7 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     assert done.code == 0, done.err
     assert f"Deleted 2 object(s) marked for deletion ({report['deleted_bytes']} B)" in done.out
     assert "Deleted 1 orphan object(s) (7 B)" in done.out
-    assert not old.exists() and young.exists()
+    assert not old.exists() and young.exists() and young_orphan.exists()
     assert not any((b.data_dir / "objects" / o["object_key"]).exists() for o in g_objects)
 
     # offline: objects marked while the broker ran, deleted after it stopped
@@ -216,6 +224,7 @@ def test_gc_online_deletes_orphans_past_grace_and_offline_deletes_marked_objects
     waiting = kcli_inproc("diskless", "gc", "--dry-run", *coord, "-o", "json").json()  # default grace 60 s
     assert waiting["waiting"] == [h_object["object_key"]] and waiting["deleted"] == [] and waiting["orphans"] == []
     assert waiting["waiting_bytes"] == h_object["file_size"]
+    assert sorted(waiting["orphans_waiting"]) == sorted([f"wal/{orphan2.name}", f"wal/{young_orphan.name}"])
     dry = kcli_inproc("diskless", "gc", "--dry-run", "--grace-ms", "0", *coord, "-o", "yaml")
     assert dry.code == 0, dry.err
     as_doc = yaml.safe_load(dry.out)
@@ -274,7 +283,7 @@ def test_usage_errors_exit_2_and_failures_exit_1(tmp_path, cli_env):  # noqa: F8
         (("diskless", "gc", "--object-store", "file:///tmp"), 2, "--coordinator"),
         (("diskless", "objects", "--key", "k", "--topic", "t", *coord), 2, "--key or --topic"),
         (("diskless", "describe", "--coordinator", f"sqlite://{tmp_path}/nope.db"), 2, "no database"),
-        (("diskless", "describe", "--coordinator", "mysql://x/y"), 2, "unsupported coordinator URI"),
+        (("diskless", "describe", "--coordinator", "mysql://x/y"), 2, "--coordinator expects"),
         (("diskless", "describe", "--coordinator", "postgresql://kcli@127.0.0.1:1/x"), 2,
          "cannot open coordinator database postgresql://kcli@127.0.0.1:1/x"),
         (("diskless", "gc", *coord, "--object-store", "ftp://x"), 2, "unsupported object store URI"),

@@ -417,6 +417,13 @@ def _build(w: World) -> None:
     txn = w.tmp / "txn" / "00000000000000000000.txnindex"
     txn.parent.mkdir()
     txn.write_bytes(struct.pack(">hqqqq", 0, 4000, 10, 12, 10))  # Kafka's AbortedTxn entry
+    kcli_log = w.tmp / "kcli-log" / "metadata.log"  # a still copy of kcli's own metadata log
+    kcli_log.parent.mkdir()
+    live = (w.data / "__cluster_metadata" / "metadata.log").read_bytes()
+    kcli_log.write_bytes(live[:live.rindex(b"\n") + 1])
+    w.files["kcli_log"] = kcli_log
+    w.files["checkpoint"] = w.tmp / "kcli-log" / "cleaner-offset-checkpoint"  # Kafka's OffsetCheckpointFile
+    w.files["checkpoint"].write_text("0\n1\norders 0 5\n")
     w.files.update(segment=segment, damaged=damaged, txn=txn,
                    empty_index=w.data / "shrunk-0" / "00000000000000000000.index")
     # transactions: one committed; one left open on the three partitions of "hanging", one per
@@ -567,6 +574,8 @@ CASES = [
                        "--coordinator", w.coordinator], yaml_refused=True),
     Case("dump-log-damaged", "dump-log", "kcli dump-log",
          lambda w, f: ["dump-log", str(w.files["damaged"]), str(w.files["txn"])], code=1, yaml_refused=True),
+    Case("dump-log-kcli-log", "dump-log", "kcli dump-log",
+         lambda w, f: ["dump-log", str(w.files["kcli_log"]), str(w.files["checkpoint"])], yaml_refused=True),
     Case("context-list", "context list", "kcli context list", lambda w, f: ["context", "list"]),
     Case("context-show", "context show", "kcli context show", lambda w, f: ["context", "show", "base"]),
     Case("context-use", "context use", "kcli context use", lambda w, f: ["context", "use", "base"]),

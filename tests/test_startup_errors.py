@@ -83,7 +83,7 @@ def test_bad_listen_value_is_exit_2(cli_env, tmp_path):
 def test_data_dir_under_a_regular_file(cli_env, tmp_path):
     (tmp_path / "file").write_text("not a directory")
     proc = start(cli_env, tmp_path / "file" / "data")
-    assert_one_line_error(proc, 1, "cannot use data dir", "Not a directory")
+    assert_one_line_error(proc, 1, "cannot use data dir", "not a directory")
 
 
 @pytest.fixture

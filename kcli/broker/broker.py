@@ -230,6 +230,8 @@ class Broker:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except (FileExistsError, NotADirectoryError):  # the path, or a parent of it, is a file
+            raise DataDirError(f"cannot use data dir {self.data_dir}: not a directory") from None
         except OSError as err:
             raise DataDirError(f"cannot use data dir {self.data_dir}: {err.strerror}") from None
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +20,28 @@ PLUGIN_PREFIXES = (
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Read a Java-style properties file (``key=value``, ``#`` comments)."""
+    """Read a Java properties file as ``java.util.Properties`` does: ``key=value``, ``key: value``
+    or ``key value``; ``#``/``!`` comments; a trailing backslash continues the line."""
     try:
         text = path.read_text()
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
     out: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
+    lines = text.splitlines()
+    n = 0
+    while n < len(lines):
+        start = n + 1
+        line = lines[n].strip()
+        n += 1
         if not line or line.startswith(("#", "!")):
             continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if sep < 0:
-            raise ConfigError(f"{path}:{n}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
+        while line.endswith("\\") and not line.endswith("\\\\") and n < len(lines):
+            line = line[:-1] + lines[n].strip()
+            n += 1
+        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*(?:[=:]\s*|\s+|$)(.*)$", line)
+        if m is None or not m.group(2) and not re.search(r"[=:\s]", line):
+            raise ConfigError(f"{path}:{start}: expected key=value, got {line!r}")
+        out[re.sub(r"\\(.)", r"\1", m.group(1))] = m.group(2).strip()
     return out
 
 

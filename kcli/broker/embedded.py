@@ -16,11 +16,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kcli.broker.runner import EmbeddedBroker, default_data_dir, running_broker_address
+from kcli.broker.broker_config import BrokerConfig
+from kcli.broker.runner import EmbeddedBroker, default_data_dir, load_settings, running_broker_address
+from kcli.broker.server_properties import ignored_line
+from kcli.contexts import ContextsConfig
 from kcli.errors import OperationError
 
-__all__ = ["EmbeddedBroker", "RunningBroker", "data_dir_cluster_id", "default_data_dir", "running_broker",
-           "running_broker_address"]
+__all__ = ["EmbeddedBroker", "EmbeddedSettings", "RunningBroker", "data_dir_cluster_id", "default_data_dir",
+           "embedded_settings", "running_broker", "running_broker_address"]
 
 PROBE_TIMEOUT_S = 5.0  # for the cluster-id question to a broker that already accepted a connection
 
@@ -32,6 +35,25 @@ class RunningBroker:
     bootstrap: str
     pid: int
     cluster_id: str
+
+
+@dataclass(frozen=True)
+class EmbeddedSettings:
+    config: BrokerConfig
+    notes: list[str]  # what was not applied, for -v
+
+
+def embedded_settings(contexts: ContextsConfig) -> EmbeddedSettings:
+    """The embedded broker's configs from the contexts file's ``embedded-broker:`` section, read
+    like `kcli broker start --config-file F --config k=v` (same names, same precedence). It keeps
+    the default data dir and a free loopback port, so log.dirs and listeners there are not used."""
+    section = contexts.embedded_broker
+    where = f"embedded-broker in {contexts.path}"
+    settings = load_settings(section.config, section.config_file, source=where)
+    notes = [ignored_line(settings.ignored, where)] if settings.ignored else []
+    if settings.data_dir is not None:
+        notes.append(f"{where}: log.dirs not used: the embedded broker keeps {default_data_dir()} ($KCLI_DATA_DIR)")
+    return EmbeddedSettings(settings.config, notes)
 
 
 def data_dir_lock_held(data_dir: Path) -> bool:

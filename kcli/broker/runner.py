@@ -9,12 +9,14 @@ import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kcli.broker.broker import Broker, DataDirError
 from kcli.broker.broker_config import BrokerConfig, read_properties
 from kcli.broker.configs import ConfigError
+from kcli.broker.server_properties import translate
 from kcli.errors import OperationError, UsageError
 
 if TYPE_CHECKING:
@@ -54,20 +56,58 @@ def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
     return host or "127.0.0.1", port
 
 
-def build_config(pairs: list[str], config_file: Path | None, extra: dict[str, str] | None = None) -> BrokerConfig:
-    values: dict[str, str] = {}
+DEFAULT_LISTEN = "127.0.0.1:9092"
+
+
+@dataclass
+class BrokerSettings:
+    """Everything `kcli broker start` runs with, after the file, --config and the flags are merged."""
+
+    config: BrokerConfig
+    data_dir: Path | None  # None: the default data dir
+    listen: str
+    ignored: list[str]  # config-file settings kcli does not implement (warned about at start)
+
+
+def load_settings(pairs: list[str] | dict[str, str], config_file: Path | None, extra: dict[str, str] | None = None,
+                  *, data_dir: Path | None = None, listen: str | None = None, strict: bool = False,
+                  source: str | None = None) -> BrokerSettings:
+    """Precedence: the explicit flags (``extra``, ``data_dir``, ``listen``) over ``--config`` pairs
+    over the properties file. Each source is read as Kafka reads it (``log.retention.hours``,
+    ``log.dirs``, ``listeners``...); unknown names in ``--config`` are refused (a typo on the
+    command line), in the file they are listed as ignored, or refused with ``strict``."""
     try:
-        if config_file is not None:
-            values.update(read_properties(config_file))
-        for pair in pairs:
-            if "=" not in pair:
-                raise UsageError(f"--config expects key=value, got {pair!r}")
-            k, v = pair.split("=", 1)
-            values[k.strip()] = v.strip()
-        values.update(extra or {})
-        return BrokerConfig(values)
+        file_props = read_properties(config_file) if config_file is not None else {}
+        if isinstance(pairs, dict):
+            given = dict(pairs)
+        else:
+            given = {}
+            for pair in pairs:
+                if "=" not in pair:
+                    raise UsageError(f"--config expects key=value, got {pair!r}")
+                k, v = pair.split("=", 1)
+                given[k.strip()] = v.strip()
+        from_file = translate(file_props)
+        from_flags = translate(given)
+        if from_flags.unknown:
+            prefix = f"{source}: " if source else ""
+            raise ConfigError(f"{prefix}Unknown broker config name: {', '.join(from_flags.unknown)}")
+        ignored = from_file.ignored + from_flags.ignored
+        if strict and ignored:
+            where = source or (str(config_file) if config_file is not None else "--config")
+            raise ConfigError(f"{where}: settings kcli does not implement (--strict): {', '.join(ignored)}")
+        if (listen or from_flags.listen) and from_file.listen and "advertised.listeners" not in given:
+            # the file's advertised address belongs to the file's listener, which was replaced
+            from_file.configs.pop("advertised.listeners", None)
+        values = {**from_file.configs, **from_flags.configs, **(extra or {})}
+        return BrokerSettings(BrokerConfig(values), data_dir or from_flags.data_dir or from_file.data_dir,
+                              listen or from_flags.listen or from_file.listen or DEFAULT_LISTEN, ignored)
     except ConfigError as err:
         raise UsageError(str(err)) from None
+
+
+def build_config(pairs: list[str], config_file: Path | None, extra: dict[str, str] | None = None) -> BrokerConfig:
+    return load_settings(pairs, config_file, extra).config
 
 
 def _is_loopback(host: str) -> bool:
@@ -113,14 +153,14 @@ def run_foreground(data_dir: Path, listen: str, config: BrokerConfig, metrics_li
             # asyncio's strerror repeats the address; a resolver error has a negative errno
             reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
             raise OperationError(f"cannot listen on {host}:{port}: {reason}") from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # before the line: a signal right after it stops cleanly
+            loop.add_signal_handler(sig, lambda s=sig: (received.append(s), stop.set()))
         exporter = await start_exporter(broker, metrics_at)
         started_log(broker, h, p, exporter)
         sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
         sys.stdout.flush()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("[KafkaServer id=%d] shutting down", broker.node_id, extra={"event": "broker.stopping"})
         if exporter is not None:
@@ -128,8 +168,10 @@ def run_foreground(data_dir: Path, listen: str, config: BrokerConfig, metrics_li
         await broker.close()
         log.info("[KafkaServer id=%d] shut down completed", broker.node_id, extra={"event": "broker.stopped"})
 
+    received: list[int] = []
     asyncio.run(main())
-    return 0
+    # Ctrl-C: 130, as a shell reports it; SIGTERM (a service manager's stop) is a clean exit.
+    return 128 + signal.SIGINT if received[:1] == [signal.SIGINT] else 0
 
 
 def started_log(broker: Broker, host: str, port: int, exporter: "MetricsExporter | None") -> None:

@@ -8,7 +8,10 @@ import sys
 import typer
 
 from kcli.cli.common import GlobalOptions, OutputFormat, fail, interrupt_exit_code, interrupted, raise_keyboard_interrupt
+from kcli.cli.helpfmt import install as install_help_format
 from kcli.errors import KcliError, UsageError
+
+install_help_format()  # flags without `<bool>`, ranges as `N ≥ 1` (kcli/cli/helpfmt.py)
 
 app = typer.Typer(
     name="kcli",
@@ -73,12 +76,40 @@ _GLOBAL_VALUED = {"-o", "--output", "--context", "-b", "--bootstrap-server"}
 _VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files", "--format", "-f", "--header", "-H"}
 
 
+def _global_short_cluster(arg: str) -> tuple[bool, bool] | None:
+    """(takes the next word as its value, names -b) when ``arg`` is a cluster of global short
+    options (``-v``, ``-vo``, ``-ojson``, ``-vb HOST:PORT``), else None."""
+    if not arg.startswith("-") or arg.startswith("--") or len(arg) < 2:
+        return None
+    for i, letter in enumerate(arg[1:], 1):
+        if letter == "v":
+            continue
+        if letter in "ob":
+            return i == len(arg) - 1, letter == "b"
+        return None
+    return False, False
+
+
+def _takes_value(arg: str) -> bool:
+    cluster = _global_short_cluster(arg)
+    return arg in _GLOBAL_VALUED or (cluster is not None and cluster[0])
+
+
+def _need_value(args: list[str], i: int) -> None:
+    """A global option after the command with no value: moved first, it would take the
+    command's name as its value (`kcli topics list -o` → "'topics' is not one of ...")."""
+    if i + 1 >= len(args) or args[i + 1] == "--":
+        raise UsageError(f"Option '{args[i]}' requires an argument.")
+
+
 def hoist_global_options(argv: list[str]) -> list[str]:
     """Let global options follow the command (`kcli topics list -o json`), as kafkactl and rpk
-    allow, by moving them before it. `kcli context set NAME -b ...` keeps its own -b."""
+    allow, by moving them before it. `kcli context set NAME -b ...` keeps its own -b. Combined
+    short options (`-vo json`) count as global when every letter is one; a global option left
+    without its value (`kcli topics list -o`) still moves, so click names the missing value."""
     if not argv:
         return argv
-    first = next((i for i, a in enumerate(argv) if not a.startswith("-") and (i == 0 or argv[i - 1] not in _GLOBAL_VALUED)), None)
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-") and (i == 0 or not _takes_value(argv[i - 1]))), None)
     if first is None:
         return argv
     head, tail = argv[:first], argv[first:]
@@ -88,6 +119,7 @@ def hoist_global_options(argv: list[str]) -> list[str]:
     i = 0
     while i < len(tail):
         a = tail[i]
+        cluster = _global_short_cluster(a) if a not in _GLOBAL_FLAGS | _GLOBAL_VALUED else None
         if a == "--":
             rest += tail[i:]
             break
@@ -95,9 +127,15 @@ def hoist_global_options(argv: list[str]) -> list[str]:
             rest.append(a)
         elif a in _GLOBAL_FLAGS:
             moved.append(a)
-        elif a in _GLOBAL_VALUED and i + 1 < len(tail) and not (keep_b and a in ("-b", "--bootstrap-server")):
-            moved += [a, tail[i + 1]]
+        elif a in _GLOBAL_VALUED and not (keep_b and a in ("-b", "--bootstrap-server")):
+            _need_value(tail, i)
+            moved += tail[i:i + 2]
             i += 1
+        elif cluster is not None and not (keep_b and cluster[1]):
+            if cluster[0]:
+                _need_value(tail, i)
+            moved += tail[i:i + 2] if cluster[0] else [a]
+            i += 1 if cluster[0] else 0
         elif any(a.startswith(g + "=") for g in ("--output", "--context", "--bootstrap-server")) and not (keep_b and a.startswith("--bootstrap-server")):
             moved.append(a)
         else:
@@ -111,11 +149,18 @@ def main() -> None:
     import typer.completion
 
     typer.completion.completion_init()  # `_KCLI_COMPLETE=source_bash kcli` prints the script
-    sys.argv[1:] = hoist_global_options(sys.argv[1:])
-    verbose = "-v" in sys.argv or "--verbose" in sys.argv
+    try:
+        sys.argv[1:] = hoist_global_options(sys.argv[1:])
+    except UsageError as err:
+        fail(err)
+    verbose = any(a == "--verbose" or (_global_short_cluster(a) is not None and "v" in a[1:].split("o")[0].split("b")[0])
+                  for a in sys.argv[1:])
     import signal
 
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+    from kcli.cli.early_interrupt import is_early_handler
+
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or is_early_handler(current):  # not when started with SIGINT ignored
         signal.signal(signal.SIGINT, raise_keyboard_interrupt)  # Python's behaviour, remembered
     try:
         rc = app(prog_name="kcli", standalone_mode=False)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 
-from kcli.cli.common import options
+from kcli.cli.common import coordinator_uri, options
 from kcli.errors import UsageError
 
 broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible broker.", no_args_is_help=True)
@@ -17,11 +18,12 @@ broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible bro
 def start(
     ctx: typer.Context,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: per-user, $KCLI_DATA_DIR)."),
-    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to listen on; port 0 picks a free one."),
-    config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable)."),
-    config_file: Optional[Path] = typer.Option(None, "--config-file", help="Java-style properties file of broker configs."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on; port 0 picks a free one (default: the config's listeners, else 127.0.0.1:9092)."),
+    config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable); overrides the config file."),
+    config_file: Optional[Path] = typer.Option(None, "--config-file", help="Kafka server.properties file (log.dirs, listeners, node.id, log.retention.hours, ...); flags and --config override it."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse config-file settings kcli does not implement instead of ignoring them."),
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Object store for diskless and tiered data: file:///dir or s3://bucket/prefix."),
-    coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Batch coordinator of diskless topics: a SQLite database path, sqlite:///path.db or postgresql://user@host:port/database (default: SQLite in the data dir)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Join the cluster whose shared state is in this PostgreSQL database: postgresql://USER@HOST:PORT/DB (docs/cluster.md)."),
     node_id: Optional[str] = typer.Option(None, "--node-id", help="This broker's node id (node.id), unique in the cluster."),
     rack: Optional[str] = typer.Option(None, "--rack", help="This broker's rack (broker.rack)."),
@@ -32,11 +34,18 @@ def start(
 ) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM, or in the background with --daemon.
 
+    Settings: flags over --config over --config-file.
+
+    Settings of the file that kcli does not implement are listed once as ignored (--strict: refused).
+
     Example: kcli broker start --data-dir /tmp/kcli --listen 127.0.0.1:0
+
+    Example: kcli broker start --config-file server.properties --strict
 
     Example: kcli broker start --data-dir /tmp/kcli --daemon --metrics-listen 127.0.0.1:9308 --log-format json
     """
-    from kcli.broker.runner import build_config, configure_logging, default_data_dir, run_foreground
+    from kcli.broker.runner import configure_logging, default_data_dir, load_settings, run_foreground
+    from kcli.broker.server_properties import ignored_line
 
     opts = options(ctx)
     level, fmt = check_log_options(log_level, log_format)
@@ -47,8 +56,9 @@ def start(
         from kcli.diskless.storage_setup import coordinator_uri_settings
 
         # In a cluster the batch coordinator's tables live in the cluster database by default.
-        extra.update(coordinator_uri_settings(coordinator or cluster))  # type: ignore[arg-type]
-    cfg = build_config(config, config_file, extra)
+        extra.update(coordinator_uri_settings(coordinator_uri(coordinator) or cluster))  # type: ignore[arg-type]
+    settings = load_settings(config, config_file, extra, data_dir=data_dir, listen=listen, strict=strict)
+    cfg = settings.config
     if cluster is not None and "node.id" not in cfg.explicit:
         raise UsageError("--cluster needs --node-id N (each broker of a cluster has its own node id)")
     if cluster is not None:
@@ -70,19 +80,19 @@ def start(
         from kcli.diskless.storage_setup import check_plugin_classes
 
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
+    if settings.ignored:
+        sys.stderr.write(f"kcli: warning: {ignored_line(settings.ignored, str(config_file or '--config'))}\n")
     from kcli.broker.runner import metrics_address, parse_listen
 
-    parse_listen(listen)
+    parse_listen(settings.listen)
     metrics_address(metrics_listen, cfg)
     if daemon:  # everything above checked here too: a bad flag is exit 2 now, not a failed background start
-        import sys
-
         from kcli.ops.broker_process import daemon_argv, start_daemon
 
-        started = start_daemon(data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
+        started = start_daemon(settings.data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
         render_status(opts, started, f"Started broker (pid {started.pid}) on {started.data_dir}")
         return
-    raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg, metrics_listen))
+    raise typer.Exit(run_foreground(settings.data_dir or default_data_dir(), settings.listen, cfg, metrics_listen))
 
 
 def check_log_options(level: str, fmt: str) -> tuple[str, str]:

@@ -71,6 +71,35 @@ def parse_key_values(items: list[str] | None, option: str) -> dict[str, str]:
     return result
 
 
+def coordinator_uri(value: str | None, option: str = "--coordinator") -> str | None:
+    """``--coordinator`` in every command takes the same forms: a plain path to a SQLite
+    database (relative to the cwd), ``sqlite:///abs/path.db`` (``sqlite://rel/path.db``), or
+    ``postgresql://user@host:port/db``. Returns ``sqlite:///abs`` or the PostgreSQL URI as given."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    from kcli.errors import UsageError
+
+    if value is None:
+        return None
+    text = value.strip()
+    expected = f"{option} expects a SQLite database path, sqlite:///path.db or postgresql://user@host:port/database"
+    if "://" not in text:
+        path = text
+    else:
+        scheme, rest = text.split("://", 1)
+        if scheme.lower() in ("postgresql", "postgres"):
+            if not urlsplit(text).netloc:
+                raise UsageError(f"{expected}, got {value!r}")
+            return text
+        if scheme.lower() != "sqlite":
+            raise UsageError(f"{expected}, got {value!r}")
+        path = unquote(rest[len("localhost"):] if rest.startswith("localhost/") else rest)
+    if not path or path.endswith("/"):
+        raise UsageError(f"{expected}, got {value!r}")
+    return "sqlite://" + os.path.abspath(os.path.expanduser(path))
+
+
 # --- Ctrl-C ------------------------------------------------------------------------------------
 
 _signals: list[int] = []  # SIGINT/SIGTERM received by kcli's handlers, in order

@@ -14,10 +14,12 @@ class Shell(str, Enum):
 
 
 def completion_script(shell: str) -> str:
-    """The script Typer generates for ``shell`` (same as ``_KCLI_COMPLETE=source_<shell> kcli``)."""
+    """The script Typer generates for ``shell`` (as ``_KCLI_COMPLETE=source_<shell> kcli``), trimmed
+    to start with its first line and end with one newline."""
     from typer._completion_shared import get_completion_script
 
-    return get_completion_script(prog_name="kcli", complete_var="_KCLI_COMPLETE", shell=shell)
+    # Typer's scripts start with a blank line: zsh's autoload wants `#compdef kcli` first.
+    return get_completion_script(prog_name="kcli", complete_var="_KCLI_COMPLETE", shell=shell).strip() + "\n"
 
 
 def complete_topic(incomplete: str) -> list[str]:
@@ -42,6 +44,7 @@ def complete_topic(incomplete: str) -> list[str]:
                     props = dict(getattr(ctx, "properties", {}) or {})
             except Exception:
                 bootstrap = None
+        bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         if not bootstrap:
             running = running_broker(default_data_dir())  # never another cluster's broker
             bootstrap = running.bootstrap if running is not None else None

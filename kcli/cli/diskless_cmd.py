@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from kcli.cli.common import GlobalOptions, OutputFormat, options
+from kcli.cli.common import GlobalOptions, OutputFormat, coordinator_uri, options
 from kcli.errors import UsageError
 
 diskless_app = typer.Typer(
@@ -68,7 +68,7 @@ def _source(opts: GlobalOptions, coordinator: Optional[str], object_store: Optio
     from kcli.engine.select import choose
 
     return ops.OfflineDiskless(
-        coordinator, object_store,
+        coordinator_uri(coordinator), object_store,
         choice_for=lambda work: choose(engine.value, work, spark_master),
         verbose=opts.verbose,
     )
@@ -332,13 +332,19 @@ def gc(
         elif unknown:
             sys.stdout.write(f"Kept {len(unknown)} unknown object(s) ({_bytes(data.get('unknown_objects_bytes'))}):"
                              " not recorded by the coordinator; `--unknown-objects` deletes them\n")
+        if data.get("orphans_waiting"):
+            sys.stdout.write(f"Orphans inside the grace period (kept until it is over): "
+                             f"{len(data['orphans_waiting'])} object(s)\n")
+            if data["dry_run"] and not opts.verbose:  # -v lists every group below
+                for k in data["orphans_waiting"]:
+                    sys.stdout.write(f"  orphans_waiting: {k}\n")
         if data["waiting"]:
             sys.stdout.write(f"Waiting for the grace period: {len(data['waiting'])} object(s) "
                              f"({_bytes(data.get('waiting_bytes'))})\n")
         if data["unsafe"]:
             sys.stdout.write(f"Kept (the coordinator says not yet safe): {len(data['unsafe'])} object(s)\n")
         if opts.verbose:
-            for label in ("deleted", "orphans", "unknown_objects", "waiting", "unsafe"):
+            for label in ("deleted", "orphans", "orphans_waiting", "unknown_objects", "waiting", "unsafe"):
                 for k in data.get(label, []):
                     sys.stdout.write(f"  {label}: {k}\n")
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from kcli.cli.common import OutputFormat, options
+from kcli.cli.common import OutputFormat, coordinator_uri, options
 from kcli.engine.select import Engine
 from kcli.errors import UsageError
 
@@ -85,6 +85,7 @@ def dump_log(
             raise UsageError(f"{flag} must be one of {', '.join(DECODERS)}, got {value!r}")
     if object_key is not None and coordinator is None:
         raise UsageError("--object-key needs --coordinator")
+    coordinator = coordinator_uri(coordinator)
 
     lookup = None
     close_lookup = None

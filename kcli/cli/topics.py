@@ -122,6 +122,8 @@ def alter(
     delete_partitions_delay: Optional[int] = typer.Option(None, "--delete-partitions-delay", min=0, metavar="MS",
                                                           help="With a smaller --partitions: keep the removed partitions readable (ReadOnly) this long before their data is deleted (default 0: delete right away)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before deleting partitions that hold data right away."),
+    wait: bool = typer.Option(False, "--wait", help="With --disable-tiering/--enable-tiering: return once the topic's tiered state is DISABLED/ENABLED."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, metavar="SECONDS", help="With --wait: give up (exit 1) after this long (default 300)."),
 ) -> None:
     """Change a topic's configs (IncrementalAlterConfigs), add partitions, or remove partitions.
 
@@ -133,11 +135,20 @@ def alter(
     Example: kcli topics alter --topic orders --partitions 3 --delete-partitions-delay 3600000 --dry-run
 
     Example: kcli topics alter --topic orders --disable-tiering --policy delete --dry-run
+
+    Example: kcli topics alter --topic orders --disable-tiering --wait --timeout 600
     """
+    if timeout is not None and not wait:
+        raise UsageError("--timeout goes with --wait")
     if disable_tiering or enable_tiering or policy is not None:
         if partitions is not None or config or delete_config:
             raise UsageError("--disable-tiering/--enable-tiering cannot be combined with --partitions, --config or --delete-config")
-        return _alter_tiering(ctx, topic, disable_tiering, enable_tiering, policy, dry_run)
+        if wait and dry_run:
+            raise UsageError("--wait and --dry-run are mutually exclusive (a dry run changes nothing to wait for)")
+        return _alter_tiering(ctx, topic, disable_tiering, enable_tiering, policy, dry_run,
+                              (timeout if timeout is not None else WAIT_TIMEOUT_S) if wait else None)
+    if wait:
+        raise UsageError("--wait goes with --disable-tiering or --enable-tiering")
     for key in delete_config:
         if not key.strip() or "=" in key:
             raise UsageError(f"--delete-config expects a config name, got {key!r}")
@@ -171,8 +182,13 @@ def alter(
     render(data, opts.output, table)
 
 
-def _alter_tiering(ctx: typer.Context, topic: str, disable: bool, enable: bool, policy: str | None, dry_run: bool) -> None:
-    """``alter --disable-tiering|--enable-tiering`` (KIP-950), via kcli.ops.tiering."""
+WAIT_TIMEOUT_S = 300.0  # --wait without --timeout: a delete-policy disablement deletes remote data first
+
+
+def _alter_tiering(ctx: typer.Context, topic: str, disable: bool, enable: bool, policy: str | None, dry_run: bool,
+                   wait_s: float | None = None) -> None:
+    """``alter --disable-tiering|--enable-tiering`` (KIP-950), via kcli.ops.tiering; ``wait_s``:
+    then poll until the tiered state is DISABLED / ENABLED (OperationError, exit 1, on timeout)."""
     from kcli.ops import tiering
 
     if disable and enable:
@@ -183,6 +199,9 @@ def _alter_tiering(ctx: typer.Context, topic: str, disable: bool, enable: bool, 
     with connect(opts) as conn:
         change = (tiering.disable_tiering(conn, topic, policy, dry_run=dry_run) if disable
                   else tiering.enable_tiering(conn, topic, dry_run=dry_run))
+        if wait_s is not None:
+            after = tiering.wait_for_state(conn, topic, "DISABLED" if disable else "ENABLED", wait_s)
+            change.tiered_state, change.tiered_epoch = after.tiered_state, after.tiered_epoch
 
     def table() -> None:
         if not change.changes:

@@ -64,11 +64,13 @@ class CleanReport:
     unknown_objects_deleted: bool = False
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
+    orphans_waiting: list[str] = field(default_factory=list)  # orphans inside the grace period: kept
 
     def to_dict(self) -> dict[str, object]:
         return {"dry_run": self.dry_run, "deleted": self.deleted, "waiting": self.waiting,
-                "unsafe": self.unsafe, "orphans": self.orphans, "unknown_objects": self.unknown_objects,
-                "unknown_objects_deleted": self.unknown_objects_deleted, "errors": self.errors}
+                "unsafe": self.unsafe, "orphans": self.orphans, "orphans_waiting": self.orphans_waiting,
+                "unknown_objects": self.unknown_objects, "unknown_objects_deleted": self.unknown_objects_deleted,
+                "errors": self.errors}
 
 
 class FileCleaner:
@@ -179,6 +181,8 @@ class FileCleaner:
         scan = classify_listing(listed, intents, known, in_flight, now, self.grace_ms)  # type: ignore[arg-type]
         report.unknown_objects_deleted = unknown_objects
         report.unknown_objects.extend(scan.unknown)
+        if orphans:
+            report.orphans_waiting.extend(scan.young_orphans)
         found = list(scan.orphans) if orphans else []
         doomed = found + (list(scan.unknown) if unknown_objects else [])
         if dry_run or not doomed:
@@ -310,6 +314,7 @@ class ListingScan:
     orphans: list[str]  # intent recorded, never committed, past the grace period: garbage
     unknown: list[str]  # no record at all, past the grace period: reported, kept unless asked
     stale_intents: list[str]  # intents past the grace period whose object is not in the listing
+    young_orphans: list[str] = field(default_factory=list)  # orphans still inside the grace period: kept
 
 
 def uncommitted_kind(key: str, last_modified_ms: int, intent_at_ms: int | None, known: "set[str] | frozenset[str]",
@@ -333,6 +338,7 @@ def classify_listing(listed: "list[ObjectInfo]", intents: "list[UploadIntent]", 
     by_key = {i.object_key: i.created_at_ms for i in intents}
     sorted_out: dict[str, list[str]] = {"orphan": [], "unknown": []}
     seen: set[str] = set()
+    young: list[str] = []
     for info in listed:
         seen.add(info.key)
         if info.key in in_flight:
@@ -340,6 +346,14 @@ def classify_listing(listed: "list[ObjectInfo]", intents: "list[UploadIntent]", 
         kind = uncommitted_kind(info.key, info.last_modified_ms, by_key.get(info.key), known, now, grace_ms)
         if kind is not None:
             sorted_out[kind].append(info.key)
+        elif orphan_in_grace(info.key, by_key.get(info.key), known):
+            young.append(info.key)
     stale = [key for key, at in by_key.items() if key not in seen and key not in known
              and key not in in_flight and now - at >= grace_ms]
-    return ListingScan(sorted_out["orphan"], sorted_out["unknown"], stale)
+    return ListingScan(sorted_out["orphan"], sorted_out["unknown"], stale, young)
+
+
+def orphan_in_grace(key: str, intent_at_ms: int | None, known: "set[str] | frozenset[str]") -> bool:
+    """For an object :func:`uncommitted_kind` left alone: an upload intent and no commit, so
+    an orphan once its grace period is over (listed as such by gc, not deleted)."""
+    return intent_at_ms is not None and key not in known

@@ -17,6 +17,10 @@ Rule (documented in docs/dump-log.md):
      batchLength >= 49 at offset 9) → "unsupported WAL segment version N" (exit 1): it is a WAL
      object from a newer writer, and guessing its layout would print wrong offsets;
    * anything else → unknown (Kafka's "Ignoring unknown file").
+3. kcli's own small logs (the cluster metadata log ``__cluster_metadata/metadata.log``, the
+   committed-offsets log ``__consumer_offsets/offsets.log``, the remote log metadata log
+   ``__remote_log_metadata/metadata.log``) are ``.log`` files of ``<crc32c hex> <json>`` lines
+   (kcli/crcjson.py), not record batches: a ``.log`` that starts like one is dumped as such.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from kcli.dumplog.sources import Source
+from kcli.dumplog.sources import Source, SourceError
 
 WAL_VERSION = 0
 _MIN_BATCH_LENGTH = 49  # v2 batch header (61) minus baseOffset and batchLength
@@ -41,6 +45,7 @@ class Kind(str, Enum):
     TIMEINDEX = "timeindex"
     TXNINDEX = "txnindex"
     CHECKPOINT = "checkpoint"  # Kafka's offset checkpoint files, e.g. the log cleaner's
+    KCLI_LOG = "kcli-log"  # kcli's metadata / offsets / remote log metadata logs (crcjson lines)
     WAL = "wal"
     UNKNOWN = "unknown"
 
@@ -81,6 +86,24 @@ def by_name(basename: str) -> Kind | None:
     return _SUFFIX_KINDS.get(basename[dot:]) if dot >= 0 else None
 
 
+_CRCJSON_HEAD = re.compile(rb"^[0-9a-f]{8} \{")
+
+
+def is_crcjson(head: bytes) -> bool:
+    """A kcli ``<crc32c hex> <json>`` line starts here (a segment's base offset and batch
+    length are binary: 8 hex digits, a space and a brace are no batch header)."""
+    return bool(_CRCJSON_HEAD.match(head))
+
+
+def _starts_like_crcjson(source: Source) -> bool:
+    if source.size < 10:
+        return False
+    try:
+        return is_crcjson(bytes(source.view(0, 10)))
+    except SourceError:  # e.g. shrank since its size was taken: the segment dump reports it
+        return False
+
+
 def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
     """True when a v2 batch header plausibly starts at ``at`` (magic and length fields only)."""
     if len(head) < at + 17:
@@ -92,6 +115,8 @@ def looks_like_batch(head: bytes | memoryview, at: int) -> bool:
 def detect(source: Source) -> Detection:
     """Classify ``source``; raises UnsupportedWalVersion for a WAL object from a newer format."""
     kind = by_name(source.basename)
+    if kind is Kind.LOG and _starts_like_crcjson(source):
+        return Detection(Kind.KCLI_LOG)
     if kind is not None:
         return Detection(kind, base_offset_from_name(source.basename))
     if source.size == 0:

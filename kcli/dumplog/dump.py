@@ -167,6 +167,8 @@ def dump_file(
             _dump_txn_index(source, options, out, result)
         elif detection.kind is Kind.CHECKPOINT:
             _dump_checkpoint(source, options, out, result)
+        elif detection.kind is Kind.KCLI_LOG:
+            _dump_kcli_log(source, options, out, result)
         else:
             result.errors.append(f"Ignoring unknown file {source.name}")
     except UnsupportedWalVersion as err:
@@ -657,11 +659,7 @@ def _dump_txn_index(source: Source, opts: DumpOptions, out: _Out, result: FileRe
             },
         )
     if trailing:
-        if opts.json:
-            out.append({"type": "invalidBytes", "file": source.name, "position": source.size - trailing, "bytes": trailing})
-        else:
-            out.append(f"Found {trailing} invalid bytes at the end of {source.basename}\n")
-        result.invalid = True
+        _trailing_bytes(out, opts, source, trailing, result)
 
 
 def _dump_checkpoint(source: Source, opts: DumpOptions, out: _Out, result: FileResult) -> None:
@@ -683,6 +681,40 @@ def _dump_checkpoint(source: Source, opts: DumpOptions, out: _Out, result: FileR
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
         _line(out, opts, f"topic: {topic} partition: {partition} offset: {offset}",
               {"type": "checkpoint", "file": source.name, "topic": topic, "partition": partition, "offset": offset})
+
+
+def _dump_kcli_log(source: Source, opts: DumpOptions, out: _Out, result: FileResult) -> None:
+    """kcli's own logs: one ``<crc32c hex> <json>`` record per line. A line failing its CRC
+    is invalid data (an error naming it); a last line without its newline is a torn write,
+    reported like a segment's trailing bytes (the broker drops it when it next opens the log)."""
+    from kcli.crcjson import decode_line
+
+    data = bytes(source.view(0, source.size)) if source.size else b""
+    result.bytes_read = source.size
+    position = 0
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        end = position + len(line) + 1
+        if end > len(data):  # no newline: the last, torn line (or nothing)
+            if line:
+                _trailing_bytes(out, opts, source, len(line), result)
+            break
+        rec = decode_line(line)
+        if rec is None:
+            result.errors.append(f"line {n} at position {position} of {source.name} fails its CRC or is not JSON")
+        else:
+            result.records += 1
+            text = json.dumps(rec, separators=(",", ":"), sort_keys=True)
+            _line(out, opts, f"line: {n} position: {position} record: {text}",
+                  {"type": "kcliRecord", "file": source.name, "line": n, "position": position, "record": rec})
+        position = end
+
+
+def _trailing_bytes(out: _Out, opts: DumpOptions, source: Source, trailing: int, result: FileResult) -> None:
+    if opts.json:
+        out.append({"type": "invalidBytes", "file": source.name, "position": source.size - trailing, "bytes": trailing})
+    else:
+        out.append(f"Found {trailing} invalid bytes at the end of {source.basename}\n")
+    result.invalid = True
 
 
 def _note_no_log(source: Source, opts: DumpOptions, result: FileResult) -> None:

@@ -1,8 +1,9 @@
 """Which cluster a command talks to, and confluent-kafka clients that fail fast and quietly.
 
 Resolution order (first hit wins): ``--bootstrap-server``, ``--context``, ``$KCLI_BOOTSTRAP_SERVER``,
-the contexts file's current context, else the embedded default: a kcli broker already serving
-the default data dir, or one booted in this process for the duration of the command.
+the contexts file's current context, ``$KAFKA_BOOTSTRAP_SERVERS``, else the embedded default: a kcli broker already serving
+the default data dir, or one booted in this process for the duration of the command (with the
+contexts file's ``embedded-broker:`` settings).
 
 librdkafka retries an unreachable cluster forever and logs every attempt to stderr. A CLI
 should instead say once that the cluster is unreachable and exit 1, so the clients made here
@@ -31,6 +32,7 @@ from kcli.cli.common import GlobalOptions
 from kcli.errors import KafkaApiError, OperationError, UsageError
 
 BOOTSTRAP_ENV = "KCLI_BOOTSTRAP_SERVER"
+KAFKA_BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"  # the variable Kafka tooling and client images use
 DEFAULT_TIMEOUT_S = 30.0
 
 log = logging.getLogger("kcli.ops.connection")
@@ -90,6 +92,9 @@ def resolve(opts: GlobalOptions, environ: dict[str, str] | None = None) -> Conne
     if current is not None:
         return Connection(contexts_file.validate_bootstrap(current.bootstrap_servers, f"context {current.name!r}"),
                           dict(current.properties), f"current context {current.name!r}", opts.verbose)
+    if env.get(KAFKA_BOOTSTRAP_ENV):  # set for other Kafka tools: a cluster was meant, never the embedded one
+        return Connection(contexts_file.validate_bootstrap(env[KAFKA_BOOTSTRAP_ENV], f"${KAFKA_BOOTSTRAP_ENV}"),
+                          {}, f"${KAFKA_BOOTSTRAP_ENV}", opts.verbose)
     return None
 
 
@@ -106,7 +111,8 @@ def connect(opts: GlobalOptions) -> Iterator[Connection]:
         from kcli.broker import embedded
     except ImportError as err:
         raise OperationError(
-            "no cluster given (--bootstrap-server, --context, $KCLI_BOOTSTRAP_SERVER or a current context) "
+            "no cluster given (--bootstrap-server, --context, $KCLI_BOOTSTRAP_SERVER, a current context or "
+            "$KAFKA_BOOTSTRAP_SERVERS) "
             f"and the embedded broker cannot load: {err}"
         ) from err
     data_dir = embedded.default_data_dir()
@@ -119,8 +125,11 @@ def connect(opts: GlobalOptions) -> Iterator[Connection]:
         return
     if (data_dir / "broker.json").exists():
         _say(opts.verbose, f"not using {data_dir / 'broker.json'}: its broker is gone or does not hold {data_dir}")
+    settings = embedded.embedded_settings(contexts_file.load())
+    for note in settings.notes:
+        _say(opts.verbose, note)
     _say(opts.verbose, f"starting an embedded broker on {data_dir}")
-    with embedded.EmbeddedBroker(data_dir) as bootstrap:
+    with embedded.EmbeddedBroker(data_dir, settings.config) as bootstrap:
         yield Connection(bootstrap, {}, f"embedded broker ({data_dir})", opts.verbose)
 
 

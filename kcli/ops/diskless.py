@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
-from kcli.diskless.cleaner import uncommitted_kind
+from kcli.diskless.cleaner import orphan_in_grace, uncommitted_kind
 from kcli.engine.run import ChunkTask
 from kcli.errors import KafkaApiError, OperationError, UsageError
 
@@ -134,6 +134,7 @@ class OnlineDiskless:
     def verify(self, *, object_keys: Sequence[str] | None = None, max_objects: int | None = None) -> dict[str, Any]:
         from kcli.diskless.admin_api import DISKLESS_VERIFY_KEY
 
+        unknown_object_keys([k for k in object_keys or () if not self.objects(object_key=k)["objects"]])
         doc: dict[str, Any] = {"object_keys": list(object_keys) if object_keys else None}
         if max_objects is not None:
             doc["max_objects"] = max_objects
@@ -150,6 +151,13 @@ class OnlineDiskless:
                                               "unknown_objects": unknown_objects}, ADMIN_TIMEOUT_S,
                             controller_only=True)
         return add_gc_bytes(report, marked_sizes, orphan_sizes)
+
+
+def unknown_object_keys(keys: list[str]) -> None:
+    """`verify --key K` for a key the coordinator has no record of is an error, not "0 checked, ok"."""
+    if keys:
+        raise OperationError(f"no object {', '.join(map(repr, keys))} in the batch coordinator "
+                             "(see `kcli diskless objects`)")
 
 
 def _listing_sizes(storage_uri: str | None) -> dict[str, int] | None:
@@ -286,7 +294,9 @@ class OfflineDiskless:
         storage_uri = self._storage_uri()
         with self._coordinator() as coordinator:
             if object_keys:
-                files = [f for key in object_keys for f in coordinator.describe_files(None, key, None)]
+                by_key = {key: coordinator.describe_files(None, key, None) for key in object_keys}
+                unknown_object_keys([key for key, found in by_key.items() if not found])
+                files = [f for found in by_key.values() for f in found]
             else:
                 files = coordinator.describe_files("uploaded", None, None)
             limit = len(files) if max_objects is None else max_objects
@@ -330,7 +340,8 @@ class OfflineDiskless:
         storage_uri = self._storage_uri()
         now = now_ms() if now is None else now
         report: dict[str, Any] = {"dry_run": dry_run, "deleted": [], "waiting": [], "unsafe": [], "orphans": [],
-                                  "unknown_objects": [], "unknown_objects_deleted": unknown_objects, "errors": []}
+                                  "orphans_waiting": [], "unknown_objects": [],
+                                  "unknown_objects_deleted": unknown_objects, "errors": []}
         scan_listing = orphans or unknown_objects
         with self._coordinator(writable=not dry_run) as coordinator:
             marked_sizes = {f.object_key: f.file_size for f in coordinator.describe_files("deleting", None, None)}
@@ -351,6 +362,11 @@ class OfflineDiskless:
             # but the order keeps a concurrently running broker's fresh uploads out of the orphans).
             intents = {i.object_key: i.created_at_ms for i in coordinator.list_upload_intents()}
             known = frozenset(coordinator.known_object_keys())
+            if orphans:
+                report["orphans_waiting"] = [
+                    key for key, _, mtime in listed
+                    if uncommitted_kind(key, mtime, intents.get(key), known, now, grace_ms) is None
+                    and orphan_in_grace(key, intents.get(key), known)]
             if orphans and not dry_run and listed:
                 # Claimed before anything is deleted (kcli/diskless/cleaner.py): a running broker
                 # still committing one of them is refused instead of committing a deleted object.
