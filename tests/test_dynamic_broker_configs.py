@@ -235,8 +235,9 @@ def test_kcli_topics_describe_shows_the_source(broker, cli_env) -> None:  # noqa
 
 def test_defaults_checked_against_each_other_and_the_topics(broker_factory) -> None:  # noqa: ANN001
     """Kafka's DynamicLogConfig checks: local retention within total retention; and a compact
-    default must not reach a diskless topic (kcli compacts classic topics only)."""
-    b = broker_factory({"log.retention.ms": "100000"})
+    default must not reach a tiered topic (remote storage is unsupported for compacted topics);
+    classic and diskless topics compact."""
+    b = broker_factory({"log.retention.ms": "100000", "remote.log.storage.system.enable": "true"})
     bs = b.bootstrap
     with pytest.raises(KafkaException) as err:
         set_broker(bs, "1", {"log.local.retention.ms": "200000"})
@@ -246,13 +247,14 @@ def test_defaults_checked_against_each_other_and_the_topics(broker_factory) -> N
     with pytest.raises(AlterError, match="log.local.retention.ms"):
         set_broker(bs, "", {"log.retention.ms": "10000"})  # below this broker's local retention
     create_topic(bs, "dl", config={"diskless.enable": "true"})
-    with pytest.raises(AlterError, match="diskless topic dl"):
+    create_topic(bs, "tt", config={"remote.storage.enable": "true"})
+    with pytest.raises(AlterError, match="tiered topic tt"):
         set_broker(bs, "", {"log.cleanup.policy": "compact"})
     a = admin(bs)
-    a.delete_topics(["dl"])["dl"].result(20)
-    set_broker(bs, "", {"log.cleanup.policy": "compact"})  # only classic topics left
-    # a new diskless topic is checked against the dynamic default, not only the static one
+    a.delete_topics(["tt"])["tt"].result(20)
+    set_broker(bs, "", {"log.cleanup.policy": "compact"})  # classic and diskless topics left: both compact
+    # a new tiered topic is checked against the dynamic default, not only the static one
     with pytest.raises(KafkaException) as err:
-        create_topic(bs, "dl2", config={"diskless.enable": "true"})
-    assert err.value.args[0].name() == "INVALID_CONFIG" and "diskless" in err.value.args[0].str()
-    create_topic(bs, "dl3", config={"diskless.enable": "true", "cleanup.policy": "delete"})
+        create_topic(bs, "tt2", config={"remote.storage.enable": "true"})
+    assert err.value.args[0].name() == "INVALID_CONFIG" and "Remote log storage" in err.value.args[0].str()
+    create_topic(bs, "tt3", config={"remote.storage.enable": "true", "cleanup.policy": "delete"})

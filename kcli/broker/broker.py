@@ -767,8 +767,9 @@ class Broker:
 
     def _check_broker_defaults(self, resource_name: str, new: dict[str, str], label: str) -> None:
         """The checks Kafka's DynamicLogConfig makes of a new set (local retention within total
-        retention), and kcli's rule that compaction is for classic topics: a compact default
-        must not reach a diskless or tiered topic that has no cleanup.policy of its own."""
+        retention), and Kafka's rule that compacted topics have no remote storage: a compact
+        default must not reach a tiered topic that has no cleanup.policy of its own (classic and
+        diskless topics compact)."""
         own = new if resource_name == str(self.node_id) else self.state.broker_configs.get(str(self.node_id), {})
         default = new if resource_name == "" else self.state.broker_configs.get("", {})
 
@@ -787,10 +788,10 @@ class Broker:
                                                    f"Invalid value {lv} for configuration {local}: {why}")
         if "compact" in after("log.cleanup.policy").split(","):
             for t in self.state.topics.values():
-                if "cleanup.policy" not in t.configs and self.topic_kind(t) != "classic":
+                if "cleanup.policy" not in t.configs and self.topic_kind(t) == "tiered":
                     raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: log.cleanup.policy=compact "
-                                                       f"would reach {self.topic_kind(t)} topic {t.name}, which has no "
-                                                       "cleanup.policy of its own (kcli compacts classic topics only)")
+                                                       f"would reach tiered topic {t.name}, which has no cleanup.policy of "
+                                                       "its own (remote log storage is unsupported for compacted topics)")
 
     def _metadata_applied(self, records: list[dict[str, Any]]) -> None:
         """The one path for acting on applied metadata records, whether this broker appended them
