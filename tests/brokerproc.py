@@ -53,7 +53,7 @@ class BrokerProcess:
         if not text.startswith("kcli broker listening on "):
             self.proc.kill()
             raise RuntimeError(f"broker did not start: {text!r}; log:\n{self.log_path.read_text()[-3000:]}")
-        hostport = text.rsplit(" ", 1)[1]
+        hostport = text.rsplit(" ", 1)[1].split("://")[-1]  # NAME://HOST:PORT with --config listeners=...
         self.host, port = hostport.rsplit(":", 1)
         self.port = int(port)
         return self

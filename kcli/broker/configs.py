@@ -251,6 +251,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
     ConfigDef("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication.", at_least(1)),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100, "Delay before answering a failed authentication.", at_least(0)),
+    # Listeners and TLS (kcli/broker/listeners.py); ssl.* may be prefixed listener.name.<name>.
+    ConfigDef("listener.security.protocol.map", "list",
+              ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+              "Listener name → security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).", read_only=True),
+    ConfigDef("inter.broker.listener.name", "string", "",
+              "Accepted for Kafka compatibility; kcli brokers share state through the cluster database.", read_only=True),
+    ConfigDef("ssl.keystore.type", "string", "PEM", "Format of the key store: PEM only.", one_of("PEM", case_insensitive=True), read_only=True),
+    ConfigDef("ssl.keystore.location", "string", "", "PEM file holding the private key and the certificate chain.", read_only=True),
+    ConfigDef("ssl.keystore.certificate.chain", "password", None, "The certificate chain in PEM, inline.", read_only=True, sensitive=True),
+    ConfigDef("ssl.keystore.key", "password", None, "The private key in PEM, inline.", read_only=True, sensitive=True),
+    ConfigDef("ssl.key.password", "password", None, "Password of an encrypted private key.", read_only=True, sensitive=True),
+    ConfigDef("ssl.truststore.type", "string", "PEM", "Format of the trust store: PEM only.", one_of("PEM", case_insensitive=True), read_only=True),
+    ConfigDef("ssl.truststore.location", "string", "", "PEM file of the CA certificates that client certificates must chain to.", read_only=True),
+    ConfigDef("ssl.truststore.certificates", "password", None, "The trusted CA certificates in PEM, inline.", read_only=True, sensitive=True),
+    ConfigDef("ssl.client.auth", "string", "none", "Client certificates: required, requested or none.",
+              one_of("required", "requested", "none"), read_only=True),
 )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from kcli.broker.broker import Broker, DataDirError
 from kcli.broker.broker_config import BrokerConfig, read_properties
 from kcli.broker.configs import ConfigError
+from kcli.broker.listeners import Listener, parse_listeners
 from kcli.errors import OperationError, UsageError
 
 
@@ -26,12 +27,16 @@ def default_data_dir() -> Path:
     return Path(base) / "kcli" / "data"
 
 
+LISTEN_SCHEMES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_LISTEN = "127.0.0.1:9092"
+
+
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
+    """``HOST:PORT`` or ``[v6]:PORT``, optionally ``PROTOCOL://``; port 0 picks a free one."""
     v = value.strip()
-    for scheme in ("PLAINTEXT://", "SASL_PLAINTEXT://"):
-        if v.upper().startswith(scheme):
-            v = v[len(scheme):]
+    for scheme in LISTEN_SCHEMES:
+        if v.upper().startswith(scheme + "://"):
+            v = v[len(scheme) + 3:]
     if v.startswith("["):
         host, _, rest = v[1:].partition("]")
         port_s = rest.lstrip(":")
@@ -75,38 +80,62 @@ def _is_loopback(host: str) -> bool:
 
 
 def _check_listener_protocol(listen: str, sasl: bool) -> None:
-    """An explicit ``PLAINTEXT://`` / ``SASL_PLAINTEXT://`` must agree with the SASL configs."""
+    """An explicit ``SASL_*://`` / ``PLAINTEXT://`` / ``SSL://`` must agree with the SASL configs."""
     scheme = listen.strip().split("://", 1)[0].upper() if "://" in listen else ""
-    if scheme == "SASL_PLAINTEXT" and not sasl:
-        raise UsageError("--listen SASL_PLAINTEXT://... needs sasl.enabled.mechanisms=PLAIN and sasl.plain.users.file")
-    if scheme == "PLAINTEXT" and sasl:
-        raise UsageError("--listen PLAINTEXT://... but sasl.enabled.mechanisms is set: use SASL_PLAINTEXT://HOST:PORT")
+    if scheme.startswith("SASL_") and not sasl:
+        raise UsageError(f"--listen {scheme}://... needs sasl.enabled.mechanisms=PLAIN and sasl.plain.users.file")
+    if scheme in ("PLAINTEXT", "SSL") and sasl:
+        raise UsageError(f"--listen {scheme}://... but sasl.enabled.mechanisms is set: use SASL_{scheme}://HOST:PORT")
 
 
-def run_foreground(data_dir: Path, listen: str, config: BrokerConfig) -> int:
-    """Serve until SIGINT/SIGTERM; print the listening line once connections are accepted."""
+def resolve_listeners(listen: str | None, config: BrokerConfig) -> tuple[list[Listener], bool]:
+    """The broker's listeners: ``--config listeners=...`` (Kafka's form, several at once) or the
+    one ``--listen`` listener. Also returns whether they came from the ``listeners`` config."""
+    if "listeners" in config.explicit:
+        if listen is not None:
+            raise UsageError("give either --listen or --config listeners=NAME://HOST:PORT,..., not both")
+        try:
+            return parse_listeners(config), True
+        except ConfigError as err:
+            raise UsageError(str(err)) from None
+    listen = listen or DEFAULT_LISTEN
     host, port = parse_listen(listen)
-    _check_listener_protocol(listen, bool(config.get("sasl.enabled.mechanisms")))
-    if not _is_loopback(host) and not config.get("sasl.enabled.mechanisms"):
-        sys.stderr.write(f"kcli: warning: listening on non-loopback address {host} without authentication\n")
+    sasl = bool(config.get("sasl.enabled.mechanisms"))
+    _check_listener_protocol(listen, sasl)
+    scheme = listen.strip().split("://", 1)[0].upper() if "://" in listen else ""
+    proto = scheme or ("SASL_PLAINTEXT" if sasl else "PLAINTEXT")
+    return [Listener(proto, proto, host, port)], False
+
+
+def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig) -> int:
+    """Serve until SIGINT/SIGTERM; print the listening line(s) once connections are accepted:
+    ``kcli broker listening on HOST:PORT`` for the ``--listen`` listener, one
+    ``kcli broker listening on NAME://HOST:PORT`` per listener of ``--config listeners=...``."""
+    listeners, named = resolve_listeners(listen, config)
+    for li in listeners:
+        if not li.sasl and not _is_loopback(li.host):
+            sys.stderr.write(f"kcli: warning: listening on non-loopback address {li.host} without authentication\n")
 
     async def main() -> None:
         try:
             from kcli.broker.server import KafkaServer  # protocol stack: loaded only to serve
 
-            broker = Broker(data_dir, config, host, port, server_factory=KafkaServer)
-        except ConfigError as err:  # e.g. a missing or malformed SASL users file
+            broker = Broker(data_dir, config, server_factory=KafkaServer, listeners=listeners)
+        except ConfigError as err:  # e.g. a missing or malformed SASL users file, a TLS key that does not load
             raise UsageError(str(err)) from None
         try:
-            h, p = await broker.start()
+            await broker.start()
         except DataDirError as err:
             raise OperationError(str(err)) from None
         except OSError as err:
             await broker.close()
             # asyncio's strerror repeats the address; a resolver error has a negative errno
             reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
-            raise OperationError(f"cannot listen on {host}:{port}: {reason}") from None
-        sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
+            where = ", ".join(f"{li.host}:{li.port}" for li in listeners)
+            raise OperationError(f"cannot listen on {where}: {reason}") from None
+        for li, h, p in broker.bound:
+            sys.stdout.write(f"kcli broker listening on {li.name}://{h}:{p}\n" if named else
+                             f"kcli broker listening on {h}:{p}\n")
         sys.stdout.flush()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

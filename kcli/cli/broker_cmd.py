@@ -17,7 +17,7 @@ broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible bro
 def start(
     ctx: typer.Context,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: per-user, $KCLI_DATA_DIR)."),
-    listen: str = typer.Option("127.0.0.1:9092", "--listen", help="HOST:PORT to listen on; port 0 picks a free one."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092); port 0 picks a free one. Several listeners: --config listeners=PLAINTEXT://HOST:PORT,SASL_SSL://HOST:PORT."),
     config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable)."),
     config_file: Optional[Path] = typer.Option(None, "--config-file", help="Java-style properties file of broker configs."),
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Object store for diskless and tiered data: file:///dir or s3://bucket/prefix."),
