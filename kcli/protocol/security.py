@@ -96,7 +96,10 @@ def client_ssl_context(props: Mapping[str, str]) -> tuple[ssl.SSLContext, bool]:
 
 def tls_failure(address: str, err: BaseException) -> KafkaApiError:
     """One line for a failed TLS handshake, named as librdkafka's commands name it."""
-    reason = getattr(err, "verify_message", None) or getattr(err, "reason", None) or str(err)
+    if isinstance(err, ssl.SSLCertVerificationError):
+        reason = f"certificate verify failed: {err.verify_message} (check ssl.ca.location)"
+    else:
+        reason = getattr(err, "reason", None) or str(err)
     return KafkaApiError("SSL_AUTHENTICATION_FAILED", f"TLS handshake with {address} failed: {reason}")
 
 
