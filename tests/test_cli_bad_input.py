@@ -98,6 +98,7 @@ CASES: dict[str, list[Case]] = {
         C("context", "set", "fresh", needle="--bootstrap-server"),
         C("context", "set", "dev", "--property", "novalue", needle="--property"),
         C("context", "set", "dev", "--unset-property", "never.set", needle="never.set"),
+        C("context", "set", "fresh", "-b", "no:port", needle="HOST:PORT"),
     ],
     "context delete": [
         C("context", "delete", "nope", needle="nope"),
@@ -165,6 +166,14 @@ CASES: dict[str, list[Case]] = {
         # a cluster shares diskless state through PostgreSQL: a per-broker SQLite coordinator is refused
         C("broker", "start", "--data-dir", "{tmp}/b11", "--listen", "127.0.0.1:0", "--cluster", "postgresql://u@127.0.0.1:1/db",
           "--node-id", "1", "--coordinator", "sqlite:///{tmp}/c.db", needle="--coordinator"),
+        # listeners (docs/security.md): Kafka's form or --listen, a TLS listener needs a key
+        C("broker", "start", "--data-dir", "{tmp}/b12", "--listen", "127.0.0.1:0", "--config",
+          "listeners=PLAINTEXT://127.0.0.1:0", needle="either --listen"),
+        C("broker", "start", "--data-dir", "{tmp}/b13", "--config", "listeners=SSL://127.0.0.1:0",
+          needle="ssl.keystore.location"),
+        C("broker", "start", "--data-dir", "{tmp}/b14", "--config", "listeners=WHAT://127.0.0.1:0",
+          needle="listener.security.protocol.map"),
+        C("broker", "start", "--data-dir", "{tmp}/b15", "--listen", "SASL_SSL://127.0.0.1:0", needle="sasl.enabled.mechanisms"),
     ],
     "broker metrics": [
         C("broker", "metrics", "--bogus", needle="--bogus"),

@@ -14,6 +14,7 @@ import ssl
 import stat
 import subprocess
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -32,6 +33,7 @@ from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
 from tests.certs import KEY_PASSWORD, Certs, make_certs
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli, unique_topic  # noqa: F401 - fixture
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import consume_all, produce
 from tests.test_sasl import write_users
 
@@ -393,3 +395,41 @@ def test_broker_start_refuses_bad_listener_settings_in_one_line(tmp_path, cli_en
                                 "--config=advertised.listeners=SSL://example:9093"), 2, "advertised.listeners")
     assert_one_line_error(start("--config=listeners=BOGUS://127.0.0.1:0"), 2, "listener.security.protocol.map")
     assert not (tmp_path / "data").exists()
+
+
+# --- a cluster: every listener of every broker is registered -------------------------------------------
+
+
+def test_in_a_cluster_each_broker_registers_every_listener(tls_broker, broker_factory, pg_database):  # noqa: F811
+    from kcli.ops.diskless import OnlineDiskless
+
+    certs = tls_broker.certs
+    configs = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "ssl.keystore.location": str(certs.server),
+               "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+    nodes = [broker_factory(configs, name=f"node{n}", extra_args=["--cluster", pg_database, "--node-id", str(n)])
+             for n in (1, 2)]
+    ssl_props = client_props(tls_broker, "SSL")
+
+    def brokers_seen(listener: str, props: dict[str, str]) -> dict[int, str]:
+        with WireClient(nodes[0].listeners[listener], timeout=15, properties=props) as c:
+            md = c.request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})
+        return {int(b.node_id): f"{b.host}:{b.port}" for b in md.brokers}
+
+    expected = {n: b.listeners["SSL"] for n, b in zip((1, 2), nodes)}
+    deadline = time.monotonic() + 30
+    while brokers_seen("SSL", ssl_props) != expected:
+        assert time.monotonic() < deadline, brokers_seen("SSL", ssl_props)
+        time.sleep(0.3)
+    assert brokers_seen("PLAINTEXT", {}) == {n: b.listeners["PLAINTEXT"] for n, b in zip((1, 2), nodes)}
+
+    topic = unique_topic("spread")  # two partitions: one on each broker, reached over SSL
+    from kcli.ops import topics as topic_ops
+
+    conn = Connection(nodes[1].listeners["SSL"], ssl_props)
+    topic_ops.create_topic(conn, topic_ops.CreateTopicRequest(topic, partitions=2))
+    produce(conn.bootstrap, topic, [b"p0"], partition=0, **ssl_props)
+    produce(conn.bootstrap, topic, [b"p1"], partition=1, **ssl_props)
+    assert sorted(m.value() for m in consume_all(conn.bootstrap, topic, 2, **ssl_props)) == [b"p0", b"p1"]
+    online = OnlineDiskless(conn)  # kcli's admin API, to the controller at its SSL address
+    assert "topics" in online.describe() and online.bootstrap in expected.values()
