@@ -1,4 +1,3 @@
-
 _kcli_completion() {
     local IFS=$'
 '
@@ -9,4 +8,3 @@ _kcli_completion() {
 }
 
 complete -o default -F _kcli_completion kcli
-

@@ -1,4 +1,3 @@
-
 #compdef kcli
 
 _kcli_completion() {
@@ -6,4 +5,3 @@ _kcli_completion() {
 }
 
 compdef _kcli_completion kcli
-

@@ -16,6 +16,9 @@ Points (docs/reliability.md):
 - ``log.cleaner.cleaned``: the log cleaner wrote and fsynced ``<base>.log.cleaned``, before the
   swap (in the cleaner's worker thread); ``log.cleaner.swap``: the cleaned segment was renamed to
   ``.swap`` (the commit point), before the old segments are deleted (holds the log's lock);
+- ``diskless.log.cleaner.uploaded``: the diskless log cleaner uploaded a compacted WAL object, before
+  its replace_batches commit; ``diskless.log.cleaner.committed``: after that commit, before the old
+  objects are deleted (in a worker thread; kcli/diskless/compaction.py);
 - ``objectstore.upload.<first key component>`` (``.wal``, ``.tiered``): halfway through an
   upload's bytes; passed by :class:`plugins.objectstore.faulty.FaultyObjectStorage` only.
 
@@ -35,7 +38,8 @@ import time
 
 from kcli.broker.configs import ConfigError
 
-POINTS = ("log.roll", "diskless.commit", "log.cleaner.cleaned", "log.cleaner.swap")
+POINTS = ("log.roll", "diskless.commit", "log.cleaner.cleaned", "log.cleaner.swap", "diskless.log.cleaner.uploaded",
+          "diskless.log.cleaner.committed")
 PREFIXED_POINTS = ("objectstore.upload.",)
 _SETTING = re.compile(r"^(?P<point>[a-z0-9._-]+)\.pause\.ms$")
 

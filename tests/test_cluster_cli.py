@@ -98,7 +98,20 @@ def started(env: dict[str, str], cluster_dir: Path) -> dict[str, Any]:
     proc = kcli(env, "cluster", "start", "--brokers", "3", "--racks", "a,b,c", "--data-dir", str(cluster_dir),
                 "-o", "json")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    document = json.loads(proc.stdout)
+    assert_documented("kcli cluster start", document)
+    return document
+
+
+def assert_documented(title: str, document: Any) -> None:
+    """The document matches its field table in docs/json-output.md (the check tests/test_output_formats.py
+    applies to every other command), and every documented field was printed."""
+    from tests.test_output_formats import load_doc
+
+    section = load_doc()[title]
+    problems, seen = section.check(document)
+    assert not problems, f"{title}: {problems}"
+    assert not section.documented() - seen, f"{title}: documented but never printed: {section.documented() - seen}"
 
 
 def test_start_runs_three_brokers_in_racks_and_prints_the_bootstrap(started: dict[str, Any], cluster_dir: Path,
@@ -134,6 +147,7 @@ def test_status_shows_three_live_registered_brokers_and_postgres_up(started: dic
     proc = kcli(env, "cluster", "status", "--data-dir", str(cluster_dir), "-o", "json")
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
+    assert_documented("kcli cluster status", status)
     assert status["up"] is True and status["postgresql"]["up"] is True
     assert [(b["node_id"], b["rack"], b["listener"], b["alive"], b["registered"]) for b in status["brokers"]] == [
         (b["node_id"], b["rack"], b["listener"], True, True) for b in started["brokers"]]
@@ -156,6 +170,7 @@ def test_stop_then_status_is_down_then_start_again_restarts_the_same_cluster(
     stopped = kcli(env, "cluster", "stop", "--data-dir", str(cluster_dir), "-o", "json")
     assert stopped.returncode == 0, stopped.stderr
     result = json.loads(stopped.stdout)
+    assert_documented("kcli cluster stop", result)
     assert result["stopped_brokers"] == [1, 2, 3] and result["killed_brokers"] == [] and result["postgresql_stopped"]
     assert processes_naming(cluster_dir) == []
 

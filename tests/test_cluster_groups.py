@@ -399,15 +399,14 @@ def test_group_coordinator_fails_over_with_committed_offsets_intact(broker_facto
     with WireClient(brokers[2].bootstrap, timeout=10) as c:
         assert group in [x.group_id for x in c.request(16, 4, {"states_filter": []}).groups]
 
-    killed = time.monotonic()
     brokers[2].kill9()
 
     def survivors_agree() -> tuple[int, int, int] | None:  # each broker refreshes the live set each second
         one, three = find_coordinator(brokers[1].bootstrap, group), find_coordinator(brokers[3].bootstrap, group)
         return one if one == three and one[0] == 0 and one[1] != 2 else None
 
-    successor = wait_for(survivors_agree, 3.0 + 7, "another broker to coordinate the group (session 3 s + margin)")
-    assert time.monotonic() - killed >= 2.0  # it moved when the lease ran out
+    # It moves once broker 2's database session (and node lock) is gone, at the survivors' next refresh.
+    successor = wait_for(survivors_agree, 10, "another broker to coordinate the group")
     rest = consume(brokers[1].bootstrap, group, "events", 70)
     # resumed exactly at the committed offsets: nothing read twice, nothing skipped
     assert sorted(m.value() for m in first + rest) == values

@@ -211,6 +211,28 @@ def test_a_live_node_id_cannot_be_taken_and_an_expired_lease_drops_out(pg_stores
     pg_stores(2).register_broker(2, "r2", "127.0.0.1", 9012)  # an expired node id can be taken again
 
 
+def test_a_dead_session_leaves_before_its_lease_and_frees_its_node_id(pg_stores, pg_database):  # noqa: F811
+    a = pg_stores(1, session_timeout_ms=60000)
+    b = pg_stores(2, session_timeout_ms=60000)
+    a.register_broker(1, "r1", "127.0.0.1", 9001)
+    b.register_broker(2, "r2", "127.0.0.1", 9002)
+    a.refresh_brokers()
+    assert [x.node_id for x in a.live_brokers()] == [1, 2]
+    with psycopg.connect(pg_database, autocommit=True) as conn:  # what kill -9 of broker 2 does to its session
+        n = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE application_name = 'kcli-broker-2-controller'").rowcount
+    assert n == 1
+    wait_for(lambda: a.refresh_brokers() or [x.node_id for x in a.live_brokers()] == [1], 5, "node 2 to leave")
+    restarted = pg_stores(2, session_timeout_ms=60000)
+    restarted.register_broker(2, "r2", "127.0.0.1", 9012)  # its lease had ~60 s left: the free lock lets it in
+    a.refresh_brokers()
+    assert [(x.node_id, x.port) for x in a.live_brokers()] == [(1, 9001), (2, 9012)]
+    b.elect()  # the old store reconnects: the node lock is taken, so it does not come back as live
+    assert not b._node_locked
+    with pytest.raises(NodeIdInUseError, match="node id 2"):  # and a live one still cannot be taken
+        pg_stores(2).register_broker(2, None, "127.0.0.1", 9019)
+
+
 def test_one_controller_and_another_takes_over(pg_stores, pg_database):  # noqa: F811
     a, b = pg_stores(1), pg_stores(2)
     assert a.elect() is True
@@ -308,19 +330,23 @@ def test_two_brokers_share_topics_and_see_each_other(broker_factory, pg_database
 
 
 def test_a_killed_broker_leaves_metadata_and_rejoins(broker_factory, pg_database):  # noqa: F811
-    b1 = cluster_broker(broker_factory, pg_database, 1, "rack-a")
-    b2 = cluster_broker(broker_factory, pg_database, 2, "rack-b")
+    # A lease far longer than the test: a killed broker must leave because its database session
+    # (and with it its node lock) ended, not because its lease ran out.
+    slow_lease = {**FAST, "broker.session.timeout.ms": "60000", "broker.heartbeat.interval.ms": "2000"}
+    b1 = broker_factory(slow_lease, name="node1", extra_args=["--cluster", pg_database, "--node-id", "1", "--rack", "rack-a"])
+    b2 = broker_factory(slow_lease, name="node2", extra_args=["--cluster", pg_database, "--node-id", "2", "--rack", "rack-b"])
     wait_for(lambda: set(brokers_of(b1.bootstrap)) == {1, 2}, 10, "both brokers")
     killed = time.monotonic()
     b2.kill9()
-    wait_for(lambda: set(brokers_of(b1.bootstrap)) == {1}, 3.0 + 7, "broker 2 to leave (session 3 s + margin)")
-    assert time.monotonic() - killed >= 2.0  # it left because its lease ran out, not earlier
-    b2.start()
+    wait_for(lambda: set(brokers_of(b1.bootstrap)) == {1}, 10, "broker 2 to leave (its session ended)")
+    assert time.monotonic() - killed < 15  # its lease had ~58 s left
+    b2.start()  # at once: its node lock is free, so its old registration is a dead process's
     wait_for(lambda: set(brokers_of(b1.bootstrap)) == {1, 2}, 10, "broker 2 to rejoin")
     assert set(brokers_of(b2.bootstrap)) == {1, 2}
     assert controller_of(b2.bootstrap) == 1  # broker 1 started first and holds the controller lock
     b1.kill9()  # its database session ends with the process: broker 2 takes over
     wait_for(lambda: controller_of(b2.bootstrap) == 2, 10, "broker 2 to become the controller")
+    wait_for(lambda: set(brokers_of(b2.bootstrap)) == {2}, 10, "broker 1 to leave")
 
 
 def test_database_outage_is_retriable_and_the_broker_recovers(broker_factory):

@@ -481,7 +481,7 @@ def test_cleanup_policy_altered_both_ways_and_refused_where_unsupported(cbroker:
     assert _compacted_as_modelled(_read_partition(b.bootstrap, "switch"), latest, tombstones=True)
 
 
-def test_compact_refused_on_diskless_and_with_remote_storage(tmp_path: Path) -> None:
+def test_compact_refused_with_remote_storage(tmp_path: Path) -> None:
     b = BrokerProcess(tmp_path / "data", {"remote.log.storage.system.enable": "true"}).start()
     try:
         a = admin(b.bootstrap)
@@ -492,8 +492,6 @@ def test_compact_refused_on_diskless_and_with_remote_storage(tmp_path: Path) -> 
                 fs[name].result(30)
             return str(err.value)
 
-        msg = create_error("dl", {"diskless.enable": "true", "cleanup.policy": "compact"})
-        assert "not supported on diskless topics yet" in msg, msg
         msg = create_error("tr", {"remote.storage.enable": "true", "cleanup.policy": "compact,delete"})
         assert "Remote log storage is unsupported for the compacted topics" in msg, msg
         create_topic(b.bootstrap, "tiered", 1, {"remote.storage.enable": "true"})
@@ -502,9 +500,6 @@ def test_compact_refused_on_diskless_and_with_remote_storage(tmp_path: Path) -> 
         create_topic(b.bootstrap, "comp", 1, {"cleanup.policy": "compact"})
         with pytest.raises(KafkaException, match="Remote log storage is unsupported for the compacted topics"):
             _alter(b.bootstrap, "comp", remote_storage_enable="true")
-        create_topic(b.bootstrap, "dl2", 1, {"diskless.enable": "true"})
-        with pytest.raises(KafkaException, match="not supported on diskless topics yet"):
-            _alter(b.bootstrap, "dl2", cleanup_policy="compact")
     finally:
         b.stop()
 

@@ -1208,3 +1208,132 @@ def test_listing_is_split_into_orphans_unknown_objects_and_stale_intents() -> No
     assert scan.orphans == ["wal/orphan"]
     assert scan.unknown == ["wal/unknown"]
     assert scan.stale_intents == ["wal/put-failed"]
+
+
+# -- log compaction: replace_batches, cleaner checkpoint (both coordinators) ------------------
+
+
+def _rewrite(b, pos: int, size: int, ts: int | None = None):  # noqa: ANN001, ANN202
+    """A rewrite of batch ``b`` placed at ``pos`` of the new object (same offsets)."""
+    from plugins.coordinator.base import BatchMetadata
+
+    md = b.metadata
+    return BatchMetadata(md.topic_id_partition, pos, size, md.base_offset, md.last_offset, md.log_append_timestamp,
+                         md.batch_max_timestamp if ts is None else ts, md.timestamp_type, md.producer_id,
+                         md.producer_epoch, md.base_sequence, md.last_sequence)
+
+
+def _batches(c: BatchCoordinator, tip: TopicIdPartition, offset: int = 0):  # noqa: ANN202
+    return c.find_batches([FindBatchRequest(tip, offset, 1 << 30)], 1 << 30)[0].batches
+
+
+def test_replace_batches_swaps_a_range_keeps_offsets_and_frees_old_objects(coord: BatchCoordinator,
+                                                                           clock: Clock) -> None:
+    a0, a1 = topic(coord)
+    _, key1 = commit(coord, [req(a0, 0), req(a0, 1), req(a1, 2)])  # a0: 0-9, 10-19; a1: 0-9
+    _, key2 = commit(coord, [req(a0, 0), req(a0, 1)])  # a0: 20-29, 30-39
+    old = _batches(coord, a0)[:3]  # the cleaned range: 0..29; 30-39 stays where it is
+    new_key = "wal/compacted-1"
+    coord.register_upload_intent(new_key, 1, T0)
+    clock.now += 5
+    # batch 10-19 vanished (all its records superseded): a gap, as in a cleaned classic segment
+    assert coord.replace_batches(a0, old, new_key, 1, 61, [_rewrite(old[0], 1, 30), _rewrite(old[2], 31, 30)],
+                                 clock.now) is True
+    after = _batches(coord, a0)
+    assert [(b.object_key, b.metadata.base_offset, b.metadata.last_offset) for b in after] == [
+        (new_key, 0, 9), (new_key, 20, 29), (key2, 30, 39)]
+    info = log_of(coord, a0)
+    assert (info.log_start_offset, info.high_watermark, info.byte_size, info.batch_count) == (0, 40, 160, 3)
+    assert _batches(coord, a0, 12)[0].metadata.base_offset == 20  # a fetch inside the gap gets the next batch
+    f1, f2, fn = file_of(coord, key1), file_of(coord, key2), file_of(coord, new_key)
+    assert (f1.used_size, f1.state) == (100, "uploaded")  # a1's batch keeps it alive
+    assert (f2.used_size, f2.state) == (100, "uploaded")
+    assert (fn.used_size, fn.state, fn.file_size, fn.partitions) == (60, "uploaded", 61, [a0])
+    assert [b.metadata.base_offset for b in coord.batches_in_file(new_key)] == [0, 20]
+    assert coord.list_upload_intents() == []
+    assert new_key in coord.known_object_keys()
+    # A second pass over everything empties key2 of a0 and key1 stays for a1 only.
+    again = _batches(coord, a0)
+    coord.register_upload_intent("wal/compacted-2", 1, T0)
+    assert coord.replace_batches(a0, again, "wal/compacted-2", 1, 100,
+                                 [_rewrite(b, 1 + 30 * i, 30) for i, b in enumerate(again)], clock.now)
+    assert {f.object_key for f in coord.get_files_to_delete()} == {new_key, key2}
+    assert all(f.marked_for_deletion_at_ms == clock.now for f in coord.get_files_to_delete())
+    assert not coord.is_safe_to_delete_file(key1) and coord.is_safe_to_delete_file(key2)
+    assert log_of(coord, a0).byte_size == 90
+    # offsets and later commits are untouched
+    (r,), _ = commit(coord, [req(a0, 0)])
+    assert r.assigned_base_offset == 40
+    storage = {s.topic: s for s in coord.describe_topic_storage([a0.topic_id])}["orders"]
+    assert storage.live_bytes == 100 + 90 + 100  # a1, a0's rewrites, the new commit
+
+
+def test_replace_batches_refuses_a_changed_range_and_marks_the_new_object(coord: BatchCoordinator,
+                                                                          clock: Clock) -> None:
+    (a0,) = topic(coord, partitions=1)
+    commit(coord, [req(a0, 0), req(a0, 1), req(a0, 2)])
+    old = _batches(coord, a0)
+    coord.delete_records([DeleteRecordsRequest(a0, 10)])  # retention/DeleteRecords won the race
+    coord.register_upload_intent("wal/stale", 1, T0)
+    assert coord.replace_batches(a0, old, "wal/stale", 1, 91, [_rewrite(b, 1 + 30 * i, 30) for i, b in enumerate(old)],
+                                 clock.now) is False
+    assert [(b.metadata.base_offset) for b in _batches(coord, a0, 10)] == [10, 20]  # nothing swapped
+    assert {f.object_key for f in coord.get_files_to_delete()} == {"wal/stale"}  # collected like any emptied object
+    assert coord.list_upload_intents() == []
+    # a range replaced by another compaction meanwhile (batch ids changed) is refused too
+    live = _batches(coord, a0, 10)
+    coord.register_upload_intent("wal/c1", 1, T0)
+    assert coord.replace_batches(a0, live, "wal/c1", 1, 61, [_rewrite(b, 1 + 30 * i, 30) for i, b in enumerate(live)],
+                                 clock.now)
+    coord.register_upload_intent("wal/c2", 1, T0)
+    assert coord.replace_batches(a0, live, "wal/c2", 1, 61, [], clock.now) is False
+    assert [b.object_key for b in _batches(coord, a0, 10)] == ["wal/c1", "wal/c1"]
+
+
+def test_replace_batches_fences_claimed_orphans_and_malformed_rewrites(coord: BatchCoordinator, clock: Clock) -> None:
+    (a0,) = topic(coord, partitions=1)
+    commit(coord, [req(a0, 0), req(a0, 1)])
+    old = _batches(coord, a0)
+    coord.register_upload_intent("wal/slow", 1, T0)
+    assert coord.claim_orphans({"wal/slow": 61}, clock.now) == ["wal/slow"]
+    with pytest.raises(CoordinatorException, match="claimed as an orphan"):
+        coord.replace_batches(a0, old, "wal/slow", 1, 61, [_rewrite(old[0], 1, 30)], clock.now)
+    coord.register_upload_intent("wal/bad", 1, T0)
+    with pytest.raises(CoordinatorException, match="matches no replaced batch"):
+        coord.replace_batches(a0, old[:1], "wal/bad", 1, 61, [_rewrite(old[1], 1, 30)], clock.now)
+    with pytest.raises(CoordinatorException, match="outside the object"):
+        coord.replace_batches(a0, old, "wal/bad", 1, 20, [_rewrite(old[0], 1, 30)], clock.now)
+    assert [b.object_key for b in _batches(coord, a0)] == [old[0].object_key] * 2  # nothing changed
+    assert [i.object_key for i in coord.list_upload_intents()] == ["wal/bad"]
+
+
+def test_replace_batches_keeps_idempotence_state(backend: Backend, clock: Clock) -> None:
+    coord = backend.open(clock)
+    (a0,) = topic(coord, partitions=1)
+    commit(coord, [req(a0, 0, pid=7, epoch=0, seq=0), req(a0, 1, pid=7, epoch=0, seq=10)])
+    old = _batches(coord, a0)
+    coord.register_upload_intent("wal/c", 1, T0)
+    assert coord.replace_batches(a0, old, "wal/c", 1, 31, [_rewrite(old[1], 1, 30)], clock.now)
+    for c in (coord, backend.open(clock)):  # the live instance and a restarted one
+        (dup,), _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=10)])
+        assert (dup.is_duplicate, dup.assigned_base_offset) == (True, 10)
+        (nxt,), _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=30)])
+        assert nxt.errors == OUT_OF_ORDER_SEQUENCE_NUMBER
+    (ok,), _ = commit(coord, [req(a0, 0, pid=7, epoch=0, seq=20)])
+    assert (ok.errors, ok.assigned_base_offset) == (0, 20)
+
+
+def test_cleaner_checkpoint_is_kept_per_log_and_goes_with_it(backend: Backend, clock: Clock) -> None:
+    coord = backend.open(clock)
+    a0, a1 = topic(coord)
+    assert coord.cleaner_checkpoint(a0) is None
+    coord.set_cleaner_checkpoint(a0, 40)
+    coord.set_cleaner_checkpoint(a0, 50)
+    assert (coord.cleaner_checkpoint(a0), coord.cleaner_checkpoint(a1)) == (50, None)
+    assert backend.open(clock).cleaner_checkpoint(a0) == 50
+    coord.delete_partitions(a0.topic_id, {0})
+    coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(a0.topic_id, a0.topic, 2)])
+    assert coord.cleaner_checkpoint(a0) is None  # a re-created log starts dirty
+    ghost = TopicIdPartition(uuid.uuid4(), "ghost", 0)
+    coord.set_cleaner_checkpoint(ghost, 5)
+    assert coord.cleaner_checkpoint(ghost) is None

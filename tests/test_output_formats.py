@@ -45,7 +45,9 @@ DATA_COMMANDS = {
     "produce", "consume", "dump-log",
     "context list", "context show", "context use", "context set", "context delete",
     "topics create", "topics list", "topics describe", "topics alter", "topics delete",
-    "broker metrics", "broker users add", "broker users list", "broker users delete",
+    "groups list", "groups describe", "groups delete", "groups reset-offsets", "groups delete-offsets",
+    "broker metrics", "broker status", "broker stop", "broker users add", "broker users list", "broker users delete",
+    "users list", "users set", "users delete",
     "diskless describe", "diskless objects", "diskless verify", "diskless gc",
     "runbook validate", "runbook run",
 }
@@ -53,6 +55,13 @@ DATA_COMMANDS = {
 NOT_DATA = {
     "broker start": "runs the broker in the foreground; its only output is the listening line",
     "completion": "prints a shell script",
+}
+# Data commands whose documents need a PostgreSQL server and a cluster of brokers: their `-o json`
+# documents are checked in that test file, against the same doc sections.
+ELSEWHERE = {
+    "cluster start": "tests/test_cluster_cli.py",
+    "cluster status": "tests/test_cluster_cli.py",
+    "cluster stop": "tests/test_cluster_cli.py",
 }
 # Documented fields no case can produce against kcli's broker, with the reason.
 NOT_EXERCISED = {
@@ -319,6 +328,14 @@ class World:
     broker: BrokerProcess
     users_file: Path
     files: dict[str, Path] = field(default_factory=dict)
+    spares: dict[str, BrokerProcess] = field(default_factory=dict)
+    member: Any = None  # LiveMember of group "live"
+
+    def spare(self, name: str) -> Path:
+        """The data dir of a broker of its own (started on first use), for `broker stop` to stop."""
+        if name not in self.spares:
+            self.spares[name] = BrokerProcess(self.tmp / f"spare-{name}").start()
+        return self.spares[name].data_dir
 
     @property
     def b(self) -> str:
@@ -352,6 +369,8 @@ def _build(w: World) -> None:
     producer.produce("orders", b'{"amount": 12}', b"k4", partition=0, headers=[("source", b"docs")])
     assert producer.flush(30) == 0
     ok("topics", "create", "--topic", "tiered", "--config", "remote.storage.enable=true", "-b", b)
+    for user in ("carol", "old-table", "old-json", "old-yaml"):  # SCRAM users for the `users` cases
+        ok("users", "set", user, "--mechanism", "SCRAM-SHA-256", "--password-stdin", "-b", b, stdin="pw\n")
     ok("topics", "create", "--topic", "shrunk", "--partitions", "3", "-b", b)
     ok("topics", "alter", "--topic", "shrunk", "--partitions", "2", "--delete-partitions-delay", "3600000", "-b", b)
     ok("topics", "create", "--topic", "sink", "-b", b)
@@ -390,11 +409,22 @@ def _build(w: World) -> None:
     w.files.update(segment=segment, damaged=damaged, txn=txn,
                    empty_index=w.data / "shrunk-0" / "00000000000000000000.index")
     # contexts, users, runbooks
+    # consumer groups: offsets only (billing, retired, gone-*) and one with a live member
+    from confluent_kafka import Consumer, TopicPartition
+
+    for group, offsets in [("billing", [("orders", 0, 2), ("sink", 0, 0)]), ("retired", [("sink", 0, 0)])] + \
+            [(f"gone-{fmt}", [("orders", 0, 1)]) for fmt in FORMATS]:
+        committer = Consumer({"bootstrap.servers": b, "group.id": group})
+        committer.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+        committer.close()
+    w.member = LiveMember(b, "live", "orders")
     ok("context", "set", "base", "-b", b, "--property", "client.id=kcli-docs")
     for fmt in FORMATS:
         ok("context", "set", f"old-{fmt}", "-b", b)
         ok("broker", "users", "add", f"old-{fmt}", "--users-file", str(w.users_file), "--password-stdin",
            stdin="pw\n")
+    w.files["checkpoint"] = w.tmp / "cleaner-offset-checkpoint"  # Kafka's format: version, count, entries
+    w.files["checkpoint"].write_text("0\n2\norders 0 3\nshrunk 1 0\n")
     w.files["runbook"] = w.tmp / "check.yaml"
     w.files["runbook"].write_text(
         "description: check the orders topic\n"
@@ -405,6 +435,33 @@ def _build(w: World) -> None:
         "  - diskless.describe: {topic: dl}\n")
     w.files["bad-runbook"] = w.tmp / "bad.yaml"
     w.files["bad-runbook"].write_text("steps:\n  - topics.create: {topic: x, partitions: three}\n  - bogus: 1\n")
+
+
+class LiveMember:
+    """A confluent-kafka consumer in a group, polling in a thread until closed."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        import threading
+
+        from confluent_kafka import Consumer
+
+        self.stop = threading.Event()
+        assigned = threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "docs-app",
+                                  "enable.auto.commit": False})
+        self.consumer.subscribe([topic], on_assign=lambda c, parts: assigned.set())
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert assigned.wait(60), "the live member was never assigned"
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.2)
+        self.consumer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
 
 
 @pytest.fixture(scope="module")
@@ -423,6 +480,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     })
     started = time.monotonic()
     broker.start()
+    w = None
     try:
         w = World(tmp, broker, tmp / "users")
         up = time.monotonic()
@@ -430,7 +488,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         sys.stderr.write(f"broker start {up - started:.1f}s, setup {time.monotonic() - up:.1f}s\n")
         yield w
     finally:
+        if w is not None and w.member is not None:
+            w.member.close()
         broker.stop()
+        for spare in w.spares.values():
+            spare.stop()
         mp.undo()
 
 
@@ -468,6 +530,8 @@ CASES = [
          lambda w, f: ["dump-log", str(w.files["segment"].with_suffix(".index")),
                        str(w.files["segment"].with_suffix(".timeindex")), "--index-sanity-check"],
          yaml_refused=True),
+    Case("dump-log-checkpoint", "dump-log", "kcli dump-log",
+         lambda w, f: ["dump-log", str(w.files["checkpoint"])], yaml_refused=True),
     Case("dump-log-wal", "dump-log", "kcli dump-log",
          lambda w, f: ["dump-log", str(w.files["wal"]), str(w.files["wal-gone"]), "--deep-iteration",
                        "--coordinator", w.coordinator], yaml_refused=True),
@@ -501,8 +565,21 @@ CASES = [
          lambda w, f: ["topics", "alter", "--topic", "tiered", "--enable-tiering", "-b", w.b]),
     Case("topics-delete", "topics delete", "kcli topics delete",
          lambda w, f: ["topics", "delete", "--topic", f"gone-{f}", "-b", w.b]),
+    Case("groups-list", "groups list", "kcli groups list", lambda w, f: ["groups", "list", "-b", w.b]),
+    Case("groups-describe", "groups describe", "kcli groups describe",
+         lambda w, f: ["groups", "describe", "--group", "billing", "--group", "live", "-b", w.b]),
+    Case("groups-delete", "groups delete", "kcli groups delete",
+         lambda w, f: ["groups", "delete", "--group", f"gone-{f}", "-b", w.b]),
+    Case("groups-reset-offsets", "groups reset-offsets", "kcli groups reset-offsets",
+         lambda w, f: ["groups", "reset-offsets", "--group", "billing", "--all-topics", "--to-earliest", "-b", w.b]),
+    Case("groups-delete-offsets", "groups delete-offsets", "kcli groups delete-offsets",
+         lambda w, f: ["groups", "delete-offsets", "--group", "retired", "--topic", "sink", "-b", w.b]),
     Case("broker-metrics", "broker metrics", "kcli broker metrics", lambda w, f: ["broker", "metrics", "-b", w.b],
          volatile=("uptime_ms", "process_cpu_s", "counters", "summaries", "gauges")),
+    Case("broker-status", "broker status", "kcli broker status", lambda w, f: ["broker", "status", "--data-dir", str(w.data)],
+         volatile=("uptime_s",)),
+    Case("broker-stop", "broker stop", "kcli broker stop",
+         lambda w, f: ["broker", "stop", "--data-dir", str(w.spare(f))], volatile=("pid", "seconds")),
     Case("users-add", "broker users add", "kcli broker users add",
          lambda w, f: ["broker", "users", "add", f"new-{f}", "--users-file", str(w.users_file), "--password-stdin"],
          stdin="secret\n"),
@@ -510,6 +587,11 @@ CASES = [
          lambda w, f: ["broker", "users", "list", "--users-file", str(w.users_file)]),
     Case("users-delete", "broker users delete", "kcli broker users delete",
          lambda w, f: ["broker", "users", "delete", f"old-{f}", "--users-file", str(w.users_file)]),
+    Case("scram-users-set", "users set", "kcli users set",
+         lambda w, f: ["users", "set", f"new-{f}", "--iterations", "4096", "--password-stdin", "-b", w.b], stdin="secret\n"),
+    Case("scram-users-list", "users list", "kcli users list", lambda w, f: ["users", "list", "carol", "-b", w.b]),
+    Case("scram-users-delete", "users delete", "kcli users delete",
+         lambda w, f: ["users", "delete", f"old-{f}", "-b", w.b]),
     Case("diskless-describe", "diskless describe", "kcli diskless describe",
          lambda w, f: ["diskless", "describe", "-b", w.b]),
     Case("diskless-objects", "diskless objects", "kcli diskless objects",
@@ -607,15 +689,16 @@ def test_every_command_is_classified() -> None:
     from kcli.cli.docgen import iter_commands
 
     commands = {" ".join(path) for path, _ in iter_commands()}
-    assert not DATA_COMMANDS & set(NOT_DATA)
-    assert commands - set(NOT_DATA) - DATA_COMMANDS == set(), "new command: add it to DATA_COMMANDS (with a case and a doc section) or NOT_DATA"
-    assert (DATA_COMMANDS | set(NOT_DATA)) - commands == set(), "listed command no longer exists"
+    assert not DATA_COMMANDS & set(NOT_DATA) and not (DATA_COMMANDS | set(NOT_DATA)) & set(ELSEWHERE)
+    assert commands - set(NOT_DATA) - DATA_COMMANDS - set(ELSEWHERE) == set(), \
+        "new command: add it to DATA_COMMANDS (with a case and a doc section) or NOT_DATA"
+    assert (DATA_COMMANDS | set(NOT_DATA) | set(ELSEWHERE)) - commands == set(), "listed command no longer exists"
     assert {c.command for c in CASES} == DATA_COMMANDS, "every data command needs a case"
 
 
 def test_doc_has_one_section_per_data_command_and_nothing_stale() -> None:
     sections = load_doc()
-    used = {c.section for c in CASES}
+    used = {c.section for c in CASES} | {f"kcli {command}" for command in ELSEWHERE}
     assert set(sections) == used, (f"sections without a case: {set(sections) - used}; "
                                     f"cases without a section: {used - set(sections)}")
     for command in DATA_COMMANDS:
@@ -666,5 +749,7 @@ def test_every_documented_field_was_seen_in_real_output() -> None:
     if RAN != {c.id for c in CASES}:
         pytest.skip("only meaningful after every case ran and passed")
     for title, section in load_doc().items():
+        if title.removeprefix("kcli ") in ELSEWHERE:
+            continue  # checked field by field where those commands run
         missing = {p for p in section.documented() - SEEN.get(title, set()) if (title, p) not in NOT_EXERCISED}
         assert not missing, f"{title}: documented but never printed: {sorted(missing)}"

@@ -120,8 +120,7 @@ def test_metadata_answers_with_the_listener_the_client_connected_to(tls_broker):
         assert f"{coordinator.host}:{coordinator.port}" == address, kind
     runtime = json.loads((tls_broker.proc.data_dir / "broker.json").read_text())
     assert f"{runtime['host']}:{runtime['port']}" == tls_broker.address("PLAINTEXT")
-    assert [(li["name"], li["security_protocol"]) for li in runtime["listeners"]] == [
-        ("PLAINTEXT", "PLAINTEXT"), ("SSL", "SSL"), ("SASL_SSL", "SASL_SSL"), ("MTLS", "SSL")]
+    assert runtime["listeners"] == [f"{name}://{tls_broker.address(name)}" for name in ("PLAINTEXT", "SSL", "SASL_SSL", "MTLS")]
 
 
 def test_mtls_listener_requires_a_client_certificate(tls_broker):

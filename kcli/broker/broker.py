@@ -211,6 +211,10 @@ class Broker:
         self.listeners = listeners
         self.endpoints: list[Endpoint] = []  # what clients of each listener are told (after start)
         self.bound: list[tuple[Listener, str, int]] = []  # each listener's bound address (after start)
+        from kcli.broker.acl import authorizer_from_config
+
+        # None: every request allowed, as without authorizer.class.name in Kafka (kcli/broker/authz.py)
+        self.authorizer = authorizer_from_config(config, lambda: self.state.acls, lambda: self.state.acls_version)
         self.advertised_host = host
         self.advertised_port = port
         self._lock_fd: int | None = None
@@ -368,7 +372,7 @@ class Broker:
         local = next((e for e in self.endpoints if e.protocol == "PLAINTEXT"), self.endpoints[0])
         info = {"host": local.host, "port": local.port, "pid": os.getpid(),
                 "node_id": self.node_id, "cluster_id": self.cluster_id,
-                "listeners": [e.to_json() for e in self.endpoints]}
+                "listeners": [f"{e.name}://{e.host}:{e.port}" for e in self.endpoints]}
         tmp = self.data_dir / "broker.json.tmp"
         try:
             tmp.write_text(json.dumps(info))
@@ -499,21 +503,18 @@ class Broker:
                 raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
             if not self.config.get_bool("remote.log.storage.system.enable"):
                 raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
-        self._check_compaction(out, diskless, topic)
+        self._check_compaction(out, topic)
         return out
 
-    def _check_compaction(self, out: dict[str, str], diskless: bool, topic: TopicState | None) -> None:
-        """cleanup.policy=compact (kcli/storage/cleaner.py) is for classic topics: refused on
-        diskless topics for now, and with remote storage as Kafka refuses it."""
+    def _check_compaction(self, out: dict[str, str], topic: TopicState | None) -> None:
+        """cleanup.policy=compact (kcli/storage/cleaner.py, kcli/diskless/compaction.py): refused
+        with remote storage, as Kafka refuses it."""
         old = topic.configs if topic is not None else {}
         policy = out.get("cleanup.policy", old.get("cleanup.policy"))
         if policy is None:
             policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
         if "compact" not in policy.split(","):
             return
-        if diskless:
-            raise BrokerError(INVALID_CONFIG, "cleanup.policy=compact is not supported on diskless topics yet "
-                                              "(kcli compacts classic topics only); use delete")
         if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
             raise BrokerError(INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
 
@@ -631,6 +632,7 @@ class Broker:
             hook.topic_deleted(t)
         if self.groups is not None:
             self.groups.delete_topic_offsets(t.name, t.topic_id)
+        self.metrics.forget_label("topic", t.name)  # its per-topic series leave the metrics endpoint
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         t = self.state.topics.get(name)

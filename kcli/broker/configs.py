@@ -174,6 +174,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listener address.", read_only=True),
     ConfigDef("advertised.listeners", "list", [], "Address given to clients; defaults to the listener.", read_only=True),
     ConfigDef("log.dirs", "string", "", "Data directory.", read_only=True),
+    ConfigDef("metrics.listen", "string", "", "HOST:PORT of the Prometheus metrics endpoint (kcli; empty: none).", read_only=True),
     ConfigDef("broker.rack", "string", "", "Rack of this broker.", read_only=True),
     # Cluster mode (kcli/cluster/): Kafka's KRaft broker lease settings
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "How often a broker renews its registration lease.", at_least(100), read_only=True),
@@ -267,6 +268,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("ssl.truststore.certificates", "password", None, "The trusted CA certificates in PEM, inline.", read_only=True, sensitive=True),
     ConfigDef("ssl.client.auth", "string", "none", "Client certificates: required, requested or none.",
               one_of("required", "requested", "none"), read_only=True),
+    ConfigDef("authorizer.class.name", "string", "", "The authorizer: empty (everything allowed) or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer (ACLs in the cluster metadata).",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")),
+    ConfigDef("super.users", "string", "", "Principals the authorizer always allows, e.g. User:admin;User:ops."),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False,
+              "With an authorizer: allow every principal on resources that no ACL names."),
 )
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from kcli.broker.acl import AclBinding, check_acl_record
 from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
 from kcli.broker.scram import ScramCredential, check_credential_record
 from kcli.crcjson import decode_line, encode_line
@@ -66,6 +67,10 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "UserScramCredentialRecord": {"name": _STR, "mechanism": _INT, "salt": _STR, "storedKey": _STR,
                                   "serverKey": _STR, "iterations": _INT},
     "RemoveUserScramCredentialRecord": {"name": _STR, "mechanism": _INT},
+    # KRaft's ACL records (kcli/broker/acl.py)
+    "AccessControlEntryRecord": {"id": _STR, "resourceType": _INT, "resourceName": _STR, "patternType": _INT,
+                                 "principal": _STR, "host": _STR, "operation": _INT, "permissionType": _INT},
+    "RemoveAccessControlEntryRecord": {"id": _STR},
 }
 
 
@@ -97,6 +102,11 @@ def check_record(rec: Any) -> None:
             check_credential_record(kind, d)
         except ValueError as err:
             raise InvalidRecordError(UNKNOWN_SERVER_ERROR, str(err)) from None
+    if kind in ("AccessControlEntryRecord", "RemoveAccessControlEntryRecord"):
+        try:
+            check_acl_record(kind, d)
+        except ValueError as err:
+            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind}: {err}") from None
 
 
 def _check_config(d: dict[str, Any]) -> None:
@@ -156,6 +166,9 @@ class ClusterState:
     next_producer_id: int = 1000
     # SCRAM credentials: user name -> mechanism type (1 SHA-256, 2 SHA-512) -> credential
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
+    # ACLs by record id (AccessControlEntryRecord); the authorizer reads them (kcli/broker/acl.py)
+    acls: dict[str, AclBinding] = field(default_factory=dict)
+    acls_version: int = 0  # bumped by every ACL record: the authorizer re-indexes then
 
     def scram_credential(self, user: str, mechanism_type: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, {}).get(mechanism_type)
@@ -231,6 +244,12 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
         creds.pop(d["mechanism"], None)
         if not creds:
             state.scram_credentials.pop(d["name"], None)
+    elif kind == "AccessControlEntryRecord":
+        state.acls[d["id"]] = AclBinding.from_record_data(d)
+        state.acls_version += 1
+    elif kind == "RemoveAccessControlEntryRecord":
+        state.acls.pop(d["id"], None)  # tolerant: two brokers of a cluster may remove it concurrently
+        state.acls_version += 1
     else:
         raise MetadataLogError(f"unknown metadata record type {kind}")
 

@@ -10,12 +10,18 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kcli.broker.broker import Broker, DataDirError
 from kcli.broker.broker_config import BrokerConfig, read_properties
 from kcli.broker.configs import ConfigError
 from kcli.broker.listeners import Listener, parse_listeners
 from kcli.errors import OperationError, UsageError
+
+if TYPE_CHECKING:
+    from kcli.broker.prometheus import MetricsExporter
+
+log = logging.getLogger("kcli.broker")
 
 
 def default_data_dir() -> Path:
@@ -31,7 +37,7 @@ LISTEN_SCHEMES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
 
-def parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT``, optionally ``PROTOCOL://``; port 0 picks a free one."""
     v = value.strip()
     for scheme in LISTEN_SCHEMES:
@@ -43,13 +49,13 @@ def parse_listen(value: str) -> tuple[str, int]:
     else:
         host, sep, port_s = v.rpartition(":")
         if not sep:
-            raise UsageError(f"--listen expects HOST:PORT, got {value!r}")
+            raise UsageError(f"{flag} expects HOST:PORT, got {value!r}")
     try:
         port = int(port_s)
     except ValueError:
-        raise UsageError(f"--listen expects HOST:PORT with a numeric port, got {value!r}") from None
+        raise UsageError(f"{flag} expects HOST:PORT with a numeric port, got {value!r}") from None
     if not 0 <= port <= 65535:
-        raise UsageError(f"--listen port must be 0..65535, got {port}")
+        raise UsageError(f"{flag} port must be 0..65535, got {port}")
     return host or "127.0.0.1", port
 
 
@@ -107,11 +113,12 @@ def resolve_listeners(listen: str | None, config: BrokerConfig) -> tuple[list[Li
     return [Listener(proto, proto, host, port)], False
 
 
-def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig) -> int:
+def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, metrics_listen: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM; print the listening line(s) once connections are accepted:
     ``kcli broker listening on HOST:PORT`` for the ``--listen`` listener, one
     ``kcli broker listening on NAME://HOST:PORT`` per listener of ``--config listeners=...``."""
     listeners, named = resolve_listeners(listen, config)
+    metrics_at = metrics_address(metrics_listen, config)
     for li in listeners:
         if not li.sasl and not _is_loopback(li.host):
             sys.stderr.write(f"kcli: warning: listening on non-loopback address {li.host} without authentication\n")
@@ -133,6 +140,8 @@ def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig) -> 
             reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
             where = ", ".join(f"{li.host}:{li.port}" for li in listeners)
             raise OperationError(f"cannot listen on {where}: {reason}") from None
+        exporter = await start_exporter(broker, metrics_at)
+        started_log(broker, exporter)
         for li, h, p in broker.bound:
             sys.stdout.write(f"kcli broker listening on {li.name}://{h}:{p}\n" if named else
                              f"kcli broker listening on {h}:{p}\n")
@@ -142,10 +151,50 @@ def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig) -> 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        log.info("[KafkaServer id=%d] shutting down", broker.node_id, extra={"event": "broker.stopping"})
+        if exporter is not None:
+            await exporter.close()
         await broker.close()
+        log.info("[KafkaServer id=%d] shut down completed", broker.node_id, extra={"event": "broker.stopped"})
 
     asyncio.run(main())
     return 0
+
+
+def started_log(broker: Broker, exporter: "MetricsExporter | None") -> None:
+    """Kafka's "[KafkaServer id=N] started" line, with what an operator checks first."""
+    listeners = [f"{li.name}://{h}:{p}" for li, h, p in broker.bound]
+    log.info("[KafkaServer id=%d] started: listeners %s, cluster id %s, data dir %s%s", broker.node_id, ",".join(listeners),
+             broker.cluster_id, broker.data_dir, f", metrics http://{exporter.address}/metrics" if exporter else "",
+             extra={"event": "broker.started", "node_id": broker.node_id, "listeners": listeners,
+                    "cluster_id": broker.cluster_id, "data_dir": str(broker.data_dir),
+                    "metrics_listen": exporter.address if exporter else None})
+
+
+def metrics_address(metrics_listen: str | None, config: BrokerConfig) -> tuple[str, int] | None:
+    """HOST, PORT of the Prometheus endpoint: --metrics-listen, else broker config metrics.listen."""
+    if metrics_listen:
+        return parse_listen(metrics_listen, "--metrics-listen")
+    if config.get_str("metrics.listen"):
+        return parse_listen(config.get_str("metrics.listen"), "metrics.listen")
+    return None
+
+
+async def start_exporter(broker: Broker, address: tuple[str, int] | None) -> "MetricsExporter | None":
+    """Serve the Prometheus endpoint on ``address`` (None: no endpoint)."""
+    if address is None:
+        return None
+    from kcli.broker.prometheus import MetricsExporter
+
+    host, port = address
+    exporter = MetricsExporter(broker, host, port)
+    try:
+        await exporter.start()
+    except OSError as err:
+        await broker.close()
+        reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
+        raise OperationError(f"cannot listen for metrics on {host}:{port}: {reason}") from None
+    return exporter
 
 
 class EmbeddedBroker:
@@ -223,9 +272,8 @@ def running_broker_address(data_dir: Path) -> str | None:
         return None
 
 
-def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def configure_logging(verbose: bool, level: str | None = None, fmt: str = "text") -> None:
+    """The broker logs at INFO by default, as Kafka does (``--log-level`` changes it)."""
+    from kcli.broker.logsetup import configure
+
+    configure(level or "INFO", fmt)

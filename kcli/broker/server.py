@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.authz import guarded
 from kcli.broker.connection import FrameSizeError, KafkaFrameProtocol
 from kcli.broker.heap import release_free_memory
 from kcli.broker.listeners import Listener, server_ssl_context, tls_principal
@@ -77,6 +78,7 @@ class KafkaServer:
         self._closed_since_sweep = 0
         self.max_idle_ms = broker.config.get_int("connections.max.idle.ms")
         load_all_handlers()
+        self._fns: dict[int, Any] = {}  # each API's handler behind its authorization check (kcli/broker/authz.py)
 
     async def start(self) -> list[tuple[Listener, str, int]]:
         """Bind every listener; returns (listener, host, port) with the ports actually bound."""
@@ -262,12 +264,25 @@ class KafkaServer:
         request = codec.decode_request(frame, header, pos)
         conn.extra.setdefault("api_keys", set()).add(header.api_key)  # which APIs a connection used (KIP-694 views)
         ctx = RequestContext(self.broker, header, conn)
-        return self._run(h.fn, ctx, request)
+        fn = self._fns.get(h.api_key)
+        if fn is None:
+            fn = self._fns[h.api_key] = guarded(h, self.broker)
+        return self._run(fn, ctx, request)
 
     async def _run(self, fn: Any, ctx: RequestContext, request: Any) -> bytes | None:
         """Run a handler; whatever it raises becomes that API's error response, never a dropped
         connection (Kafka's KafkaApis.handleError: the client can retry or report, and the
         requests pipelined behind this one are still answered)."""
+        header = ctx.header
+        started = time.monotonic()
+        try:
+            return await self._answer(fn, ctx, request)
+        finally:  # Kafka's RequestMetrics: per API, counted and timed whatever the outcome
+            labels = {"request": HANDLERS[header.api_key].name}
+            self.broker.metrics.inc_labelled("requests", labels)
+            self.broker.metrics.observe_labelled("request.total_time_ms", labels, (time.monotonic() - started) * 1000)
+
+    async def _answer(self, fn: Any, ctx: RequestContext, request: Any) -> bytes | None:
         header = ctx.header
         try:
             body = await fn(ctx, request)
@@ -275,6 +290,8 @@ class KafkaServer:
             raise
         except Exception as err:  # every failure gets an answer
             code, message = handler_error_code(err)
+            self.broker.metrics.inc_labelled("request.errors", {"request": HANDLERS[header.api_key].name,
+                                                                "error": error_name(code)})
             if not isinstance(err, BrokerError):
                 log.error("%s v%d from %s failed; answering %s", HANDLERS[header.api_key].name, header.api_version,
                           ctx.connection.peer, error_name(code), exc_info=err)

@@ -23,9 +23,11 @@ COMMAND_MODULES = [
     "kcli.cli.context_cmd",
     "kcli.cli.topics",
     "kcli.cli.clients",
+    "kcli.cli.groups_cmd",
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
+    "kcli.cli.acls_cmd",
     "kcli.cli.dumplog",
     "kcli.cli.diskless_cmd",
     "kcli.cli.runbook_cmd",
@@ -40,8 +42,24 @@ def root(
     context: str = typer.Option(None, "--context", help="Named context from the contexts file."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help="Output format."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Explain what runs; show tracebacks."),
+    version: bool = typer.Option(False, "--version", callback=lambda v: print_version(v), is_eager=True,
+                                 help="Print kcli's version and exit."),
 ) -> None:
     ctx.obj = GlobalOptions(bootstrap_server=bootstrap_server, context=context, output=output, verbose=verbose)
+
+
+def print_version(value: bool) -> None:
+    """`kcli --version`: the installed distribution's version (eager: runs before any command)."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("kcli-kafka")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        v = "unknown"
+    sys.stdout.write(f"kcli {v}\n")
+    raise typer.Exit(0)
 
 
 for _name in COMMAND_MODULES:
@@ -51,7 +69,7 @@ for _name in COMMAND_MODULES:
 _GLOBAL_FLAGS = {"-v", "--verbose"}
 _GLOBAL_VALUED = {"-o", "--output", "--context", "-b", "--bootstrap-server"}
 # Options of sub-commands whose value may itself look like a global option.
-_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files"}
+_VALUE_TAKING = {"--key-separator", "--config", "--property", "--var", "--files", "--format", "-f", "--header", "-H"}
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -25,15 +25,22 @@ def start(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Join the cluster whose shared state is in this PostgreSQL database: postgresql://USER@HOST:PORT/DB (docs/cluster.md)."),
     node_id: Optional[str] = typer.Option(None, "--node-id", help="This broker's node id (node.id), unique in the cluster."),
     rack: Optional[str] = typer.Option(None, "--rack", help="This broker's rack (broker.rack)."),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR (docs/observability.md)."),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json: one JSON object per line for log shippers."),
+    metrics_listen: Optional[str] = typer.Option(None, "--metrics-listen", help="HOST:PORT of a Prometheus endpoint (GET /metrics); config metrics.listen."),
+    daemon: bool = typer.Option(False, "--daemon", "--detach", help="Run in the background (kafka-server-start.sh -daemon), log in DATA_DIR/broker.log; returns once it listens."),
 ) -> None:
-    """Run a broker in the foreground until SIGINT/SIGTERM.
+    """Run a broker in the foreground until SIGINT/SIGTERM, or in the background with --daemon.
 
     Example: kcli broker start --data-dir /tmp/kcli --listen 127.0.0.1:0
+
+    Example: kcli broker start --data-dir /tmp/kcli --daemon --metrics-listen 127.0.0.1:9308 --log-format json
     """
     from kcli.broker.runner import build_config, configure_logging, default_data_dir, run_foreground
 
     opts = options(ctx)
-    configure_logging(opts.verbose)
+    level, fmt = check_log_options(log_level, log_format)
+    configure_logging(opts.verbose, level, fmt)
     extra = {"diskless.storage.uri": object_store} if object_store else {}
     extra.update(cluster_options(cluster, node_id, rack))
     if coordinator or cluster:
@@ -63,7 +70,30 @@ def start(
         from kcli.diskless.storage_setup import check_plugin_classes
 
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
-    raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg))
+    from kcli.broker.runner import metrics_address, resolve_listeners
+
+    resolve_listeners(listen, cfg)
+    metrics_address(metrics_listen, cfg)
+    if daemon:  # everything above checked here too: a bad flag is exit 2 now, not a failed background start
+        import sys
+
+        from kcli.ops.broker_process import daemon_argv, start_daemon
+
+        started = start_daemon(data_dir or default_data_dir(), daemon_argv(sys.argv[1:]))
+        render_status(opts, started, f"Started broker (pid {started.pid}) on {started.data_dir}")
+        return
+    raise typer.Exit(run_foreground(data_dir or default_data_dir(), listen, cfg, metrics_listen))
+
+
+def check_log_options(level: str, fmt: str) -> tuple[str, str]:
+    """--log-level / --log-format, case-insensitive; UsageError (exit 2) on anything else."""
+    from kcli.broker.logsetup import LOG_FORMATS, LOG_LEVELS
+
+    if level.upper() not in LOG_LEVELS:
+        raise UsageError(f"--log-level expects one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    if fmt.lower() not in LOG_FORMATS:
+        raise UsageError(f"--log-format expects one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    return level.upper(), fmt.lower()
 
 
 def cluster_options(cluster: str | None, node_id: str | None, rack: str | None) -> dict[str, str]:
@@ -89,6 +119,65 @@ def cluster_options(cluster: str | None, node_id: str | None, rack: str | None) 
             raise UsageError(f"--rack expects a non-empty name without spaces, got {rack!r}")
         out["broker.rack"] = rack
     return out
+
+
+def render_status(opts: Any, st: Any, heading: str) -> None:
+    from kcli.cli.render import print_fields, render
+
+    def table() -> None:
+        typer.echo(heading)
+        print_fields({"pid": st.pid, "node id": st.node_id, "cluster id": st.cluster_id,
+                      "listeners": ", ".join(st.listeners), "started": st.started, "uptime": f"{st.uptime_s:g} s",
+                      "log": st.log or "-"})
+        typer.echo(f"Bootstrap servers: {st.bootstrap}")
+
+    render(st, opts.output, table)
+
+
+_DIR_HELP = "Data directory of the broker (default: per-user, $KCLI_DATA_DIR)."
+
+
+@broker_app.command("status")
+def status(
+    ctx: typer.Context,
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_DIR_HELP),
+) -> None:
+    """Say whether a broker runs on the data dir: pid, listeners, node id, uptime.
+
+    Exit 1 when no broker runs there.
+
+    Example: kcli broker status --data-dir /tmp/kcli -o json
+    """
+    from kcli.broker.runner import default_data_dir
+    from kcli.ops.broker_process import status as broker_status
+
+    st = broker_status(data_dir or default_data_dir())
+    render_status(options(ctx), st, f"Broker running on {st.data_dir}")
+
+
+@broker_app.command("stop")
+def stop(
+    ctx: typer.Context,
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_DIR_HELP),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds the broker gets to stop after SIGTERM before SIGKILL."),
+) -> None:
+    """Stop the broker running on the data dir: SIGTERM, then SIGKILL after the timeout.
+
+    Exit 1 when no broker runs there.
+
+    Example: kcli broker stop --data-dir /tmp/kcli --timeout 60
+    """
+    from kcli.broker.runner import default_data_dir
+    from kcli.cli.render import render
+    from kcli.ops.broker_process import stop as stop_broker
+
+    result = stop_broker(data_dir or default_data_dir(), timeout)
+
+    def table() -> None:
+        how = f"killed (SIGKILL after {timeout:g} s)" if result.killed else "stopped"
+        typer.echo(f"Broker (pid {result.pid}) on {result.data_dir} {how} in {result.seconds:g} s.")
+
+    render(result, options(ctx).output, table)
 
 
 @broker_app.command("metrics")

@@ -44,15 +44,20 @@ def produce(
     partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Write every record to this partition."),
     compression: str = typer.Option("none", "--compression", help="none, gzip, snappy, lz4 or zstd."),
     property: List[str] = typer.Option([], "--property", help="Producer property KEY=VALUE for librdkafka (repeatable)."),
+    header: List[str] = typer.Option([], "--header", "-H", help="Header NAME=VALUE added to every record (repeatable, as kcat -H)."),
+    timestamp: Optional[int] = typer.Option(None, "--timestamp", metavar="MS", help="Every record's timestamp, ms since the epoch (default: now)."),
 ) -> None:
     """Write stdin to a topic, one record per line.
 
     Example: printf 'k1:v1\\nk2:v2\\n' | kcli produce --topic orders --key-separator :
+
+    Example: echo v1 | kcli produce --topic orders -H source=docs -H trace=42 --timestamp 1700000000000
     """
     opts = options(ctx)
     request = ops.ProduceRequest(topic=topic, key_separator=_separator(key_separator), acks=acks.lower(),
                                  partition=partition, compression=compression.lower(),
-                                 properties=parse_key_values(property, "--property"))
+                                 properties=parse_key_values(property, "--property"),
+                                 headers=_headers(header), timestamp_ms=timestamp)
     stop = threading.Event()
     reading = False
 
@@ -88,19 +93,38 @@ def produce(
         render(result, opts.output)
 
 
-def _parse_offset(value: str | None) -> int | str | None:
+def _headers(items: list[str]) -> list[tuple[str, bytes]]:
+    """kcat's ``-H name=value``, in order; a name may repeat, the value may contain '='."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header expects NAME=VALUE, got {item!r}")
+        out.append((name, value.encode()))
+    return out
+
+
+_OFFSET_HELP = "a number, earliest (beginning), latest (end), -N (N before the end) or s@MS / @MS (first record at or after a time)"
+
+
+def _parse_offset(value: str | None) -> dict[str, Any]:
+    """``--offset`` as kcat's ``-o`` reads it → ConsumeRequest fields."""
     if value is None:
-        return None
+        return {}
     v = value.strip().lower()
     if v in ("earliest", "latest"):
-        return v
+        return {"offset": v}
+    if v in ("beginning", "end"):  # kcat's names
+        return {"offset": "earliest" if v == "beginning" else "latest"}
     try:
+        if v.startswith(("s@", "@")):
+            return {"offset_timestamp_ms": int(v.partition("@")[2])}
         number = int(v)
     except ValueError:
-        raise UsageError(f"--offset expects a number, 'earliest' or 'latest'; got {value!r}") from None
+        raise UsageError(f"--offset expects {_OFFSET_HELP}; got {value!r}") from None
     if number < 0:
-        raise UsageError(f"--offset must be >= 0, 'earliest' or 'latest'; got {value!r}")
-    return number
+        return {"offset_tail": -number}
+    return {"offset": number}
 
 
 def consume(
@@ -111,8 +135,11 @@ def consume(
     max_messages: Optional[int] = typer.Option(None, "--max-messages", min=1, help="Stop after this many records."),
     timeout_ms: Optional[int] = typer.Option(None, "--timeout-ms", min=0, help="Stop after this long without a record."),
     partition: Optional[int] = typer.Option(None, "--partition", min=0, help="Read only this partition."),
-    offset: Optional[str] = typer.Option(None, "--offset", help="Start offset in --partition: a number, earliest or latest."),
+    offset: Optional[str] = typer.Option(None, "--offset", help="Start offset: " + _OFFSET_HELP + "; a plain number needs --partition."),
     print_key: bool = typer.Option(False, "--print-key", help="Print KEY SEP VALUE (table output)."),
+    print_timestamp: bool = typer.Option(False, "--print-timestamp", help="Start each line with CreateTime:MS (or LogAppendTime:MS) SEP (table output)."),
+    print_headers: bool = typer.Option(False, "--print-headers", help="Print the headers as NAME:VALUE,... (NO_HEADERS when none) SEP before the key/value (table output)."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", help="kcat output format: %t topic, %p partition, %o offset, %k key, %K key size, %s value, %S value size, %R value size as 4 bytes, %T timestamp, %h headers; \\n \\t \\r \\xNN."),
     key_separator: str = typer.Option("\\t", "--key-separator", help="Separator for --print-key (default: tab)."),
     property: List[str] = typer.Option([], "--property", help="Consumer property KEY=VALUE for librdkafka (repeatable)."),
 ) -> None:
@@ -120,12 +147,21 @@ def consume(
 
     Runs until Ctrl-C unless --max-messages or --timeout-ms is given.
     Example: kcli consume --topic orders --from-beginning --max-messages 10 --print-key
+
+    Example: kcli consume --topic orders --offset s@1700000000000 -f '%t [%p] %o %T: %k=%s %h\\n'
     """
     opts = options(ctx)
     request = ops.ConsumeRequest(topic=topic, group=group, from_beginning=from_beginning, max_messages=max_messages,
-                                 timeout_ms=timeout_ms, partition=partition, offset=_parse_offset(offset),
+                                 timeout_ms=timeout_ms, partition=partition, **_parse_offset(offset),
                                  properties=parse_key_values(property, "--property"))
     ops.validate_consume(request)
+    record_format = None
+    if format is not None:
+        if opts.output != OutputFormat.table:
+            raise UsageError(f"--format replaces the table output; it cannot be used with -o {opts.output.value}")
+        from kcli.cli.record_format import RecordFormat
+
+        record_format = RecordFormat(format)
     separator = _separator(key_separator) or b""
     out = sys.stdout.buffer
     stop = threading.Event()
@@ -137,11 +173,22 @@ def consume(
             data = (json.dumps(record.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         elif opts.output == OutputFormat.yaml:
             data = yaml_document(record).encode()
+        elif record_format is not None:
+            data = record_format.render(record)
         else:
             value = b"null" if record.value is None else record.value
             if print_key:
                 key = b"null" if record.key is None else record.key
                 value = key + separator + value
+            if print_headers:  # Kafka's console consumer (print.headers=true)
+                shown = b",".join(k.encode() + b":" + (b"null" if v is None else v) for k, v in record.headers)
+                value = (shown or b"NO_HEADERS") + separator + value
+            if print_timestamp:  # Kafka's console consumer (print.timestamp=true)
+                if record.timestamp is None:
+                    stamp = b"NO_TIMESTAMP"
+                else:
+                    stamp = f"{record.timestamp_type or 'CreateTime'}:{record.timestamp}".encode()
+                value = stamp + separator + value
             data = value + b"\n"
         try:
             out.write(data)

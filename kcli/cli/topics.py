@@ -252,10 +252,18 @@ def description_lines(desc: ops.TopicDescription) -> list[str]:
             line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
         if p.dirty_ratio is not None:  # a compacted topic: what the log cleaner has still to clean
             line += f"\tDirtyRatio: {p.dirty_ratio:.2f}"
+        if p.log_end_offset is not None:  # ListOffsets answered: the partition's offset range
+            line += f"\tLogStartOffset: {_offset(p.log_start_offset)}\tLogEndOffset: {p.log_end_offset}"
+        if p.local_log_start_offset is not None:  # tiered: below it the records are remote only
+            line += f"\tLocalLogStartOffset: {p.local_log_start_offset}"
         if p.mode != "ReadWrite":  # KIP-694: only partitions being deleted get the extra columns
             line += f"\tMode: {p.mode}\tDeleteAt: {shrink_ops.format_ms(p.delete_at_ms) or '-'}"
         lines.append(line)
     return lines
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def register(app: typer.Typer) -> None:

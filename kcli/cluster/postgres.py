@@ -9,9 +9,16 @@
 - ``brokers``: registrations with a lease renewed every ``broker.heartbeat.interval.ms``; a lease
   older than ``broker.session.timeout.ms`` no longer counts, and a node id with a live lease of
   another process (incarnation) cannot be registered (Kafka's DuplicateBrokerRegistration).
-- Controller: whoever holds the session-level advisory lock on a dedicated connection; when that
-  connection ends (process dead, connection killed) PostgreSQL releases it and another broker
-  takes it at its next tick.
+- Liveness: each broker also holds a session-level advisory lock on its node id (``NODE_LOCK_CLASS``,
+  node id) on a dedicated connection. A process that dies (kill -9, OOM) has its sockets closed by
+  the kernel, PostgreSQL ends the session and the lock goes at once, so the others drop the broker
+  at their next refresh (~1 s) instead of waiting out its lease; a live broker is one with a live
+  lease *and* its node lock held. The lease stays the authority for a broker that hangs or is cut
+  off while its session lingers. The lock also lets a restarted broker take its node id back at
+  once: whoever holds it is the only live process with that id.
+- Controller: whoever holds the session-level controller advisory lock on that same dedicated
+  connection; when the connection ends (process dead, connection killed) PostgreSQL releases it
+  and another broker takes it at its next tick.
 
 Every wait is bounded: connect_timeout, statement_timeout on every session, the pool's timeout.
 When the database is down, appends fail with a retriable error and reads go on from the state
@@ -64,6 +71,15 @@ logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 METADATA_LOCK_ID = 0x6B636C6902  # pg_advisory_xact_lock key serialising metadata appends
 CONTROLLER_LOCK_ID = 0x6B636C6903  # session-level pg advisory lock held by the controller
+NODE_LOCK_CLASS = 0x6B636C69  # pg_advisory_lock(NODE_LOCK_CLASS, node_id): held by the live broker of node_id
+# A live registration: lease not expired and the node's session lock held (pg_locks: a two-int4
+# advisory key shows as classid, objid with objsubid 2).
+_LIVE_BROKERS = f"""SELECT node_id, rack, listeners, incarnation FROM brokers b
+    WHERE b.lease_expires_at > now() AND EXISTS (
+        SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {NODE_LOCK_CLASS}
+           AND l.objid = b.node_id AND l.objsubid = 2
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+    ORDER BY node_id"""
 CHANNEL = "kcli_metadata"
 # Diskless offsets a broker committed, for the others: "<node id>|<topic id hex>:<p>:<hwm>:<lso>;..."
 OFFSETS_CHANNEL = "kcli_offsets"
@@ -106,7 +122,9 @@ class PostgresClusterStore:
         self._listener: RecordsListener | None = None
         self._me: BrokerRegistration | None = None
         self._live: list[BrokerRegistration] = []
-        self._ctl_conn: psycopg.Connection[Any] | None = None
+        self._ctl_conn: psycopg.Connection[Any] | None = None  # the dedicated session: node lock, controller lock
+        self._node_locked = False
+        self._node_lock_warned = False
         self._is_controller = False
         self._controller_id = -1
         self._wake: asyncio.Event | None = None
@@ -327,6 +345,10 @@ class PostgresClusterStore:
                         listeners: list[dict[str, Any]] | None = None) -> None:
         listeners = listeners or [{"name": "PLAINTEXT", "host": host, "port": port}]
         try:
+            self.node_id = node_id
+            # Holding the node lock proves every other registration of node_id is a dead process's:
+            # take the row over at once. Without it, only an expired lease may be taken over.
+            owner = self._hold_node_lock()
             with self._conn() as conn:
                 row = conn.execute(
                     """INSERT INTO brokers (node_id, rack, listeners, incarnation, lease_expires_at)
@@ -334,9 +356,9 @@ class PostgresClusterStore:
                        ON CONFLICT (node_id) DO UPDATE SET rack = EXCLUDED.rack, listeners = EXCLUDED.listeners,
                            incarnation = EXCLUDED.incarnation, registered_at = now(),
                            lease_expires_at = EXCLUDED.lease_expires_at
-                       WHERE brokers.lease_expires_at < now() OR brokers.incarnation = EXCLUDED.incarnation
+                       WHERE %s OR brokers.lease_expires_at < now() OR brokers.incarnation = EXCLUDED.incarnation
                        RETURNING node_id""",
-                    (node_id, rack, Jsonb(listeners), self.incarnation, self.settings.session_timeout_ms)).fetchone()
+                    (node_id, rack, Jsonb(listeners), self.incarnation, self.settings.session_timeout_ms, owner)).fetchone()
                 if row is None:
                     left = conn.execute("SELECT extract(epoch FROM lease_expires_at - now()) FROM brokers WHERE node_id = %s",
                                         (node_id,)).fetchone()
@@ -346,7 +368,6 @@ class PostgresClusterStore:
                         "use another --node-id or stop that broker")
         except DB_ERRORS as err:
             raise ClusterStoreError(f"cannot register with the cluster database {redact(self.url)}: {reason(err)}") from None
-        self.node_id = node_id
         self._me = BrokerRegistration(node_id, host, port, rack, str(self.incarnation), endpoints_of(listeners))
         self.refresh_brokers()
 
@@ -368,8 +389,7 @@ class PostgresClusterStore:
 
     def refresh_brokers(self) -> None:
         with self._conn() as conn:
-            rows = conn.execute("""SELECT node_id, rack, listeners, incarnation FROM brokers
-                                   WHERE lease_expires_at > now() ORDER BY node_id""").fetchall()
+            rows = conn.execute(_LIVE_BROKERS).fetchall()
         live = []
         for node_id, rack, listeners, inc in rows:
             entries = listeners if isinstance(listeners, list) else json.loads(listeners)
@@ -398,9 +418,9 @@ class PostgresClusterStore:
         """Remote segment metadata in this database, over this store's pool; ``data_dir`` holds none."""
         return PgRemoteLogMetadataStore(self._conn)
 
-    # ---- controller ------------------------------------------------------------------------
-    def elect(self) -> bool:
-        """One election step: check the held lock's connection, else try to take the lock."""
+    # ---- the dedicated session: liveness and controller -------------------------------------
+    def _session(self) -> psycopg.Connection[Any]:
+        """The dedicated connection (reconnected when it broke: the locks it held are gone then)."""
         if self._ctl_conn is not None:
             try:
                 self._ctl_conn.execute("SELECT 1")
@@ -408,21 +428,40 @@ class PostgresClusterStore:
                 if self._is_controller:
                     log.warning("node %d lost its controller connection; no longer controller", self.node_id)
                 self._drop_ctl_conn()
-        if not self._is_controller:
-            try:
-                if self._ctl_conn is None:
-                    self._ctl_conn = self._connect("controller")
-                got = self._ctl_conn.execute("SELECT pg_try_advisory_lock(%s)", (CONTROLLER_LOCK_ID,)).fetchone()
+        if self._ctl_conn is None:
+            self._ctl_conn = self._connect("controller")
+        return self._ctl_conn
+
+    def _hold_node_lock(self) -> bool:
+        """Take this node's session lock if not held yet; False while another session holds it
+        (a hung or cut-off process of the same node id whose session PostgreSQL has not ended)."""
+        conn = self._session()
+        if not self._node_locked:
+            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (NODE_LOCK_CLASS, self.node_id)).fetchone()
+            self._node_locked = bool(got and got[0])
+            if not self._node_locked and not self._node_lock_warned:
+                log.warning("the session lock of node %d is held by another session; other brokers see this "
+                            "broker as live only while that session lasts", self.node_id)
+            self._node_lock_warned = not self._node_locked
+        return self._node_locked
+
+    def elect(self) -> bool:
+        """One election step: check the dedicated session, keep the node lock, else try to take
+        the controller lock."""
+        try:
+            self._hold_node_lock()
+            if not self._is_controller:
+                got = self._session().execute("SELECT pg_try_advisory_lock(%s)", (CONTROLLER_LOCK_ID,)).fetchone()
                 self._is_controller = bool(got and got[0])
                 if self._is_controller:
                     log.info("node %d is now the controller", self.node_id)
-            except DB_ERRORS:
-                self._drop_ctl_conn()
+        except DB_ERRORS:
+            self._drop_ctl_conn()
         self._controller_id = self.node_id if self._is_controller else self._find_controller()
         return self._is_controller
 
     def _drop_ctl_conn(self) -> None:
-        self._is_controller = False
+        self._is_controller = self._node_locked = False
         if self._ctl_conn is not None:
             try:
                 self._ctl_conn.close()

@@ -202,7 +202,7 @@ async def verify(engine: "DisklessEngine", *, object_keys: list[str] | None = No
             if not crc_is_valid(data, h):
                 problems.append({**where, "problem": "CRC-32C mismatch"})
     listed = await _io(engine, lambda: list(storage.list(DEFAULT_PREFIX + "/")))
-    in_flight = set(engine.appender.in_flight_keys) if engine.appender else set()
+    in_flight = engine.in_flight_keys()
     intents = {i.object_key for i in await engine._coord(coordinator.list_upload_intents)}
     known = await engine._coord(coordinator.known_object_keys)
     now = int(time.time() * 1000)

@@ -94,6 +94,22 @@ def validate_batches(records: bytes | bytearray | memoryview, max_message_bytes:
     return out
 
 
+def _keyless_records(records: bytes | bytearray | memoryview, spans: list[tuple[int, int]],
+                     partition: str) -> list[tuple[int, str]]:
+    """(record index, message) of each record without a key (a compacted topic refuses them)."""
+    from kcli.storage.errors import LogError
+    from kcli.storage.log import check_record_keys
+
+    errors: list[tuple[int, str]] = []
+    index = 0
+    try:
+        for pos, size in spans:
+            index = check_record_keys(records, pos, size, index, errors, partition)
+    except LogError as err:
+        raise BrokerError(CORRUPT_MESSAGE, str(err)) from None
+    return errors
+
+
 def _error_response(index: int, code: int, message: str | None) -> dict[str, Any]:
     return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": message}
@@ -166,16 +182,24 @@ class Appender:
     # -- accepting ---------------------------------------------------------------------------
 
     def append(self, tip: "TopicIdPartition", partition: int, records: bytes, *, log_append_time: bool,
-               max_message_bytes: int) -> asyncio.Future[dict[str, Any]]:
+               max_message_bytes: int, compacted: bool = False) -> asyncio.Future[dict[str, Any]]:
         """Validate now and enqueue now (so request order is buffer order); the future resolves
-        to the Produce partition response once the object is committed (or failed)."""
+        to the Produce partition response once the object is committed (or failed).
+        ``compacted``: every record needs a key (refused per record, as Kafka does)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         try:
             spans = validate_batches(records, max_message_bytes)
+            record_errors = _keyless_records(records, spans, str(tip)) if compacted else []
         except BrokerError as err:
             self.metrics.inc("diskless.append.rejected")
             fut.set_exception(err)
+            return fut
+        if record_errors:  # Kafka's RecordValidationException: nothing of the request is written
+            self.metrics.inc("diskless.append.rejected")
+            response = _error_response(partition, INVALID_RECORD, record_errors[0][1])
+            response["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]
+            fut.set_result(response)
             return fut
         buf = self._buffer
         if buf is None:
@@ -258,7 +282,8 @@ class Appender:
                 await asyncio.shield(prev)  # strictly in object order
             if upload_error is not None:
                 self.metrics.inc("diskless.upload.errors")
-                log.warning("upload of WAL object %s (%d bytes) failed: %s", key, size, upload_error)
+                log.warning("upload of WAL object %s (%d bytes) failed: %s", key, size, upload_error,
+                            extra={"event": "objectstore.error", "operation": "put", "object_key": key})
                 self._poison()
                 self._fail(buf, KAFKA_STORAGE_ERROR, f"WAL object upload failed: {upload_error}")
                 self.in_flight_keys.discard(key)
@@ -281,7 +306,8 @@ class Appender:
                                                              requests, require_intent=True))
             except Exception as err:  # noqa: BLE001 - coordinator failure of any kind
                 self.metrics.inc("diskless.commit.errors")
-                log.warning("commit of WAL object %s failed: %s", key, err)
+                log.warning("commit of WAL object %s failed: %s", key, err,
+                            extra={"event": "coordinator.error", "operation": "commit", "object_key": key})
                 self._poison()
                 self._fail(buf, REQUEST_TIMED_OUT, f"WAL object commit failed: {err}")
                 self.in_flight_keys.discard(key)  # left in storage: the orphan collector removes it

@@ -7,6 +7,7 @@ below for every diskless partition; the work is split over small modules:
 - :mod:`.reader` — Fetch: batch coordinates → coalesced ranged GETs through an LRU cache →
   offsets patched into the batch headers;
 - :mod:`.cleaner` — deletion of emptied objects after the grace period, and of orphans;
+- :mod:`.compaction` — log compaction (``cleanup.policy=compact``) by rewriting WAL objects;
 - :mod:`.admin_views` — what the kcli admin API (describe, objects, verify, gc) reports.
 
 All object-store and coordinator calls run on worker threads: the event loop only moves bytes
@@ -31,6 +32,7 @@ from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.diskless.appender import KAFKA_STORAGE_ERROR, Appender, Committed
 from kcli.diskless.cleaner import FileCleaner
+from kcli.diskless.compaction import DisklessLogCleaner
 from kcli.cluster.placement import diskless_leader
 from kcli.diskless.rack import client_rack
 from kcli.diskless.reader import DisklessReadResult, Reader
@@ -75,11 +77,13 @@ class DisklessEngine(BrokerExtension):
         self.appender: Appender | None = None
         self.reader: Reader | None = None
         self.cleaner: FileCleaner | None = None
+        self.log_cleaner = DisklessLogCleaner(self)
         self.io_pool: ThreadPoolExecutor | None = None
         self.coordinator_pool: ThreadPoolExecutor | None = None
         self._tips: dict[tuple[uuid.UUID, int], "TopicIdPartition"] = {}
         self._offsets: dict[tuple[uuid.UUID, int], list[int]] = {}  # [high watermark, log start]
-        self._settings: dict[uuid.UUID, tuple[bool, int]] = {}  # LogAppendTime?, max.message.bytes
+        # LogAppendTime?, max.message.bytes, cleanup.policy includes compact?
+        self._settings: dict[uuid.UUID, tuple[bool, int, bool]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._jobs: set[asyncio.Future[Any]] = set()
         self._probe: "asyncio.Future[Any] | None" = None  # background re-probe of a failing store
@@ -142,7 +146,7 @@ class DisklessEngine(BrokerExtension):
         self.cleaner = FileCleaner(
             storage=storage, coordinator=coordinator, io_pool=self.io_pool,
             coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
-            in_flight_keys=lambda: set(self.appender.in_flight_keys) if self.appender else set(),
+            in_flight_keys=self.in_flight_keys,
             on_deleted=self._on_objects_deleted, prefix_check=self._prefix_claim.ensure,
         )
         for info in logs:
@@ -173,6 +177,11 @@ class DisklessEngine(BrokerExtension):
         check_coordinator(coordinator, b.cluster_id, unknown, used_before=bool(used_before), prefix_owner=owner)
         if read:
             retrying(self._prefix_claim.ensure, f"claiming object store {storage.describe()}")
+
+    def in_flight_keys(self) -> set[str]:
+        """Objects being uploaded or committed by this broker (produce, compaction): not orphans."""
+        keys = set(self.log_cleaner.in_flight_keys)
+        return keys | self.appender.in_flight_keys if self.appender is not None else keys
 
     def _ensure_open(self) -> None:
         if self.coordinator is not None:
@@ -210,6 +219,8 @@ class DisklessEngine(BrokerExtension):
             self.cleaner.run_forever(self.cleaner_interval_ms, orphan_interval, active=self.broker.metadata.is_controller),
             name="diskless-file-cleaner"))
         self._loops.append(loop.create_task(self._retention_forever(), name="diskless-retention"))
+        if self.log_cleaner.enabled:
+            self._loops.append(loop.create_task(self.log_cleaner.run_forever(), name="diskless-log-cleaner"))
 
     async def close(self) -> None:
         if self.coordinator is None:
@@ -308,13 +319,14 @@ class DisklessEngine(BrokerExtension):
             tip = self._tips[key] = TopicIdPartition(t.topic_id, t.name, partition)
         return tip
 
-    def _topic_settings(self, t: "TopicState") -> tuple[bool, int]:
+    def _topic_settings(self, t: "TopicState") -> tuple[bool, int, bool]:
         s = self._settings.get(t.topic_id)
         if s is None:
             b = self.broker
             s = self._settings[t.topic_id] = (
                 b.topic_config_value(t, "message.timestamp.type") == "LogAppendTime",
                 int(b.topic_config_value(t, "max.message.bytes")),
+                b.log_config(t).compact,
             )
         return s
 
@@ -425,6 +437,20 @@ class DisklessEngine(BrokerExtension):
     def config_changed(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
         self._settings.pop(topic.topic_id, None)
 
+    def topic_state(self, topic: "TopicState") -> dict[str, str]:
+        """The dirty ratio of a compacted diskless topic's partitions (as the classic log cleaner
+        reports it: ``kcli.cleaner.dirty.ratio``, shown by ``kcli topics describe``)."""
+        from kcli.broker.log_cleaner import DIRTY_RATIO_STATE_KEY
+
+        if self.coordinator is None or not self.broker.is_diskless(topic) or not self.broker.log_config(topic).compact:
+            return {}
+        try:
+            ratios = self.log_cleaner.dirty_ratios(topic)
+        except Exception as err:  # noqa: BLE001 - a describe never fails for it
+            log.debug("dirty ratio of %s: %s", topic.name, err)
+            return {}
+        return {DIRTY_RATIO_STATE_KEY: ",".join(f"{p}:{r:.4f}" for p, r in ratios.items())} if ratios else {}
+
     # ==========================================================================================
     # produce / fetch / offsets
     # ==========================================================================================
@@ -437,9 +463,9 @@ class DisklessEngine(BrokerExtension):
             fut.set_exception(err)
             return fut
         assert self.appender is not None
-        log_append, max_message = self._topic_settings(t)
-        return self.appender.append(self.tip(t, partition), partition, records,
-                                    log_append_time=log_append, max_message_bytes=max_message)
+        log_append, max_message, compacted = self._topic_settings(t)
+        return self.appender.append(self.tip(t, partition), partition, records, log_append_time=log_append,
+                                    max_message_bytes=max_message, compacted=compacted)
 
     def offsets(self, t: "TopicState", partition: int) -> tuple[int, int]:
         o = self._offsets.get((t.topic_id, partition))
@@ -458,6 +484,7 @@ class DisklessEngine(BrokerExtension):
         tip = self.tip(t, partition)
         limit = max(0, max_bytes)
         resp = (await self._coord(self.coordinator.find_batches, [FindBatchRequest(tip, offset, limit)], limit))[0]
+        self.metrics.observe("diskless.find.latency_ms", (time.monotonic() - started) * 1000)  # the coordinator's part
         if resp.errors == OFFSET_OUT_OF_RANGE:
             raise OffsetOutOfRange(offset, log_start_offset=resp.log_start_offset,
                                    local_log_start_offset=resp.log_start_offset,

@@ -43,6 +43,7 @@ GET_RETRY_BACKOFF_S = 0.025
 # A GET that failed only after this long already went through the store's own timeouts and
 # retries (S3: socket.timeout.ms x max.attempts): retrying it again would multiply the wait.
 GET_RETRY_BUDGET_S = 2.0
+GET_WARNING_INTERVAL_S = 10.0  # an unreachable store fails every GET: one line per interval, with a count
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,8 @@ class Reader:
         self.metrics = metrics
         self.cache = RangeCache(cache_bytes)
         self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
+        self._get_warned_at = -GET_WARNING_INTERVAL_S  # failed GETs: one WARNING line per interval
+        self._gets_failed_quietly = 0
         self._gets_by_task: dict[asyncio.Task[Any], int] = {}
 
     async def assemble(self, batches: list["BatchInfo"], leader_epoch: int) -> bytearray:
@@ -223,6 +226,7 @@ class Reader:
         except Exception as err:  # noqa: BLE001 - any backend failure
             self.metrics.inc("diskless.get.errors")
             error = LogError(KAFKA_STORAGE_ERROR, f"cannot read {size} bytes at {start} of WAL object {key}: {err}")
+            self._warn_get_failed(error)
             fut.set_exception(error)
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waits
             raise error from None
@@ -233,6 +237,16 @@ class Reader:
         self.metrics.observe("diskless.get.latency_ms", (time.monotonic() - started) * 1000)
         fut.set_result(data)
         return data
+
+    def _warn_get_failed(self, error: LogError) -> None:
+        now = time.monotonic()
+        if now - self._get_warned_at < GET_WARNING_INTERVAL_S:
+            self._gets_failed_quietly += 1
+            return
+        more = f" ({self._gets_failed_quietly} more failed GETs since the last warning)" if self._gets_failed_quietly else ""
+        log.warning("object store GET failed: %s%s", error.message, more,
+                    extra={"event": "objectstore.error", "operation": "get"})
+        self._get_warned_at, self._gets_failed_quietly = now, 0
 
     def track_fetch(self) -> None:
         """Count the current request task as a Fetch that read diskless data (maybe 0 GETs)."""

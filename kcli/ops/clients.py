@@ -42,6 +42,8 @@ class ProduceRequest:
     partition: int | None = None  # None: the partitioner picks
     compression: str = "none"
     properties: dict[str, str] = field(default_factory=dict)  # extra producer properties
+    headers: list[tuple[str, bytes]] = field(default_factory=list)  # added to every record (kcat -H)
+    timestamp_ms: int | None = None  # every record's CreateTime; None: the producer's clock
 
 
 @dataclass
@@ -115,6 +117,10 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
         raise UsageError(f"--partition must be >= 0, got {req.partition}")
     if req.key_separator == b"":
         raise UsageError("--key-separator must not be empty")
+    if req.timestamp_ms is not None and req.timestamp_ms < 0:
+        raise UsageError(f"--timestamp must be >= 0 (ms since the epoch), got {req.timestamp_ms}")
+    if any(not name for name, _ in req.headers):
+        raise UsageError("--header expects NAME=VALUE with a non-empty NAME")
     props: dict[str, Any] = {"acks": req.acks, "compression.type": req.compression, "linger.ms": 5}
     props.update(req.properties)
     client = producer(conn, **props)
@@ -140,6 +146,11 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
 
     sent = 0
     input_error: UsageError | None = None
+    fixed: dict[str, Any] = {}
+    if req.headers:
+        fixed["headers"] = list(req.headers)
+    if req.timestamp_ms is not None:
+        fixed["timestamp"] = req.timestamp_ms
     extra = {"partition": req.partition} if req.partition is not None else {}
     for line_no, raw in enumerate(lines, start=1):
         if stop is not None and stop.is_set():
@@ -156,7 +167,7 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
         queued = False
         while not queued:
             try:
-                client.produce(req.topic, value=value, key=key, on_delivery=delivered, **extra)
+                client.produce(req.topic, value=value, key=key, on_delivery=delivered, **extra, **fixed)
                 queued = True
             except BufferError:  # local queue full: let deliveries drain
                 client.poll(0.1)
@@ -211,7 +222,9 @@ class ConsumeRequest:
     max_messages: int | None = None
     timeout_ms: int | None = None  # stop after this long without a record
     partition: int | None = None
-    offset: int | str | None = None  # number, "earliest" or "latest"; needs partition
+    offset: int | str | None = None  # number, "earliest" or "latest"; a number needs partition
+    offset_timestamp_ms: int | None = None  # start at the first record at/after this time (kcat s@MS)
+    offset_tail: int | None = None  # start this many records before the end (kcat -o -N)
     properties: dict[str, str] = field(default_factory=dict)
 
 
@@ -224,6 +237,7 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp_type: str | None = None  # CreateTime | LogAppendTime (table output; not in JSON)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape: key/value/header values as UTF-8 text (invalid bytes → U+FFFD), or null."""
@@ -242,6 +256,14 @@ class ConsumedRecord:
 class ConsumeResult:
     records: int
     stopped_by: str  # "max-messages" | "timeout" | "stop"
+
+
+OFFSET_TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL_BASE: -2000 - N is "N before the end"
+_TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
+
+
+def _plain(err: KafkaError) -> str:
+    return (err.str() or "").removeprefix("Local: ").removeprefix("Broker: ")
 
 
 def _text(value: bytes | None) -> str | None:
@@ -264,13 +286,22 @@ def validate_consume(req: ConsumeRequest) -> None:
         raise UsageError(f"--max-messages must be at least 1, got {req.max_messages}")
     if req.timeout_ms is not None and req.timeout_ms < 0:
         raise UsageError(f"--timeout-ms must be >= 0, got {req.timeout_ms}")
-    if req.offset is not None:
-        if req.partition is None:
+    starts = [x for x in (req.offset, req.offset_timestamp_ms, req.offset_tail) if x is not None]
+    if len(starts) > 1:
+        raise UsageError("give one start offset: a number, earliest, latest, s@MS or -N")
+    if starts:
+        if isinstance(req.offset, int) and req.partition is None:
             raise UsageError("--offset needs --partition")
         if req.from_beginning:
             raise UsageError("--offset and --from-beginning cannot be used together")
+        if req.group is not None:
+            raise UsageError("--offset and --group cannot be used together (a group starts at its committed offsets)")
         if isinstance(req.offset, int) and req.offset < 0:
             raise UsageError(f"--offset must be >= 0, 'earliest' or 'latest'; got {req.offset}")
+        if req.offset_timestamp_ms is not None and req.offset_timestamp_ms < 0:
+            raise UsageError(f"--offset s@MS needs a timestamp >= 0; got {req.offset_timestamp_ms}")
+        if req.offset_tail is not None and req.offset_tail < 1:
+            raise UsageError(f"--offset -N needs N >= 1; got {req.offset_tail}")
     if req.partition is not None and req.partition < 0:
         raise UsageError(f"--partition must be >= 0, got {req.partition}")
     if req.group is not None and not req.group.strip():
@@ -295,7 +326,8 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
         "group.id": req.group if group_mode else f"kcli-console-{time.time_ns()}",
         "enable.auto.commit": group_mode,
         "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest" if req.from_beginning else "latest",
+        # an explicit start offset that falls outside the log is reported, not silently moved
+        "auto.offset.reset": "error" if isinstance(req.offset, int) else "earliest" if req.from_beginning else "latest",
         "enable.partition.eof": False,
     }
     props.update(req.properties)
@@ -339,6 +371,9 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:  # a start offset outside the log
+                    raise KafkaApiError("OFFSET_OUT_OF_RANGE", f"topic '{req.topic}' partition {msg.partition()}: "
+                                        f"{_plain(err)}")
                 if err.fatal() or not err.retriable():
                     raise to_kcli_error(err, f"topic '{req.topic}'")
                 continue
@@ -349,6 +384,7 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
                 timestamp=ts if ts_type != 0 and ts >= 0 else None,
                 key=msg.key(), value=msg.value(),
                 headers=[(k, v) for k, v in (msg.headers() or [])],
+                timestamp_type=_TIMESTAMP_TYPES.get(ts_type),
             )
             on_record(record)
             count += 1
@@ -399,4 +435,33 @@ def _assign(client: Any, req: ConsumeRequest, timeout_s: float) -> None:
                                 f"topic '{req.topic}' has {len(partitions)} partitions; partition {req.partition} does not exist")
         partitions = [req.partition]
     start = _start_offset(req)
-    client.assign([TopicPartition(req.topic, p, start) for p in partitions])
+    if req.offset_tail is not None:
+        start = OFFSET_TAIL_BASE - req.offset_tail
+    assignment = [TopicPartition(req.topic, p, start) for p in partitions]
+    if req.offset_timestamp_ms is not None:
+        assignment = _offsets_for_time(client, req, partitions, timeout_s)
+    elif isinstance(req.offset, int):
+        _check_in_range(client, req.topic, partitions[0], req.offset, timeout_s)
+    client.assign(assignment)
+
+
+def _offsets_for_time(client: Any, req: ConsumeRequest, partitions: list[int], timeout_s: float) -> list[TopicPartition]:
+    """kcat's ``-o s@MS``: each partition from its first record at or after the time (its end when none)."""
+    wanted = [TopicPartition(req.topic, p, req.offset_timestamp_ms) for p in partitions]
+    try:
+        found = client.offsets_for_times(wanted, timeout=timeout_s)
+    except KafkaException as err:
+        raise to_kcli_error(err, f"topic '{req.topic}'") from err
+    return [TopicPartition(req.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found]
+
+
+def _check_in_range(client: Any, topic: str, partition: int, offset: int, timeout_s: float) -> None:
+    """An explicit start offset outside [log start, log end] is an error, said plainly (Kafka's
+    consumer would silently jump by auto.offset.reset)."""
+    try:
+        low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+    except KafkaException as err:
+        raise to_kcli_error(err, f"topic '{topic}' partition {partition}") from err
+    if not low <= offset <= high:
+        raise KafkaApiError("OFFSET_OUT_OF_RANGE", f"offset {offset} is out of range for topic '{topic}' partition "
+                                                   f"{partition}: its offsets run from {low} to {high} (log end)")

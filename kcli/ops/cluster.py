@@ -348,7 +348,7 @@ def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool) 
         _wait_registered(procs, deadline, timeout_s)
         return cluster
     except BaseException:
-        _terminate([(b.node_id, proc.pid) for b, proc in procs if proc.poll() is None], STOP_TIMEOUT_S)
+        terminate([(b.node_id, proc.pid) for b, proc in procs if proc.poll() is None], STOP_TIMEOUT_S)
         for _, proc in procs:
             proc.poll()  # reap
         if server is not None:
@@ -363,8 +363,13 @@ def _spawn_broker(b: BrokerEntry, cluster: ClusterFile) -> subprocess.Popen[byte
     args = [sys.executable, "-m", "kcli", "broker", "start", "--cluster", cluster.postgresql.url,
             "--node-id", str(b.node_id), "--rack", b.rack, "--data-dir", b.data_dir, "--listen", b.listener,
             "--object-store", cluster.object_store, "--config", "diskless.system.enable=true"]
-    with open(b.log, "ab") as log:
-        # Its own session: the broker outlives this command and no terminal's Ctrl-C reaches it.
+    return spawn_detached(args, Path(b.log))
+
+
+def spawn_detached(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` with stdout and stderr appended to ``log_path``, in its own session: the
+    process outlives this command and no terminal's Ctrl-C reaches it."""
+    with open(log_path, "ab") as log:
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
 
@@ -379,7 +384,7 @@ def _wait_registered(procs: list[tuple[BrokerEntry, subprocess.Popen[bytes]]], d
             rc = proc.poll()
             if rc is not None:
                 raise OperationError(f"broker {b.node_id} exited (code {rc}) before it joined: "
-                                     f"{_log_cause(Path(b.log))} (log {b.log})")
+                                     f"{log_cause(Path(b.log))} (log {b.log})")
         for b, _ in procs:
             if b.node_id in pending:
                 listed = metadata_brokers(b.listener, min(PROBE_TIMEOUT_S, max(0.5, deadline - time.monotonic())))
@@ -408,7 +413,7 @@ def metadata_brokers(listener: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[
     return {int(b.node_id): f"{b.host}:{b.port}" for b in response.brokers}
 
 
-def _log_cause(log: Path) -> str:
+def log_cause(log: Path) -> str:
     """The broker's own error line from its log, else its last line."""
     try:
         lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
@@ -504,14 +509,14 @@ def stop(data_dir: Path, timeout_s: float = STOP_TIMEOUT_S, progress: Progress |
         running = [(b.node_id, pid) for b in cluster.brokers if (pid := broker_pid(b)) is not None]
         if running:
             say(f"stopping broker{'s' if len(running) > 1 else ''} {', '.join(str(n) for n, _ in running)}")
-        killed = _terminate(running, timeout_s)
+        killed = terminate(running, timeout_s)
         pg = cluster.postgresql
         say("stopping PostgreSQL")
         pg_stopped = PgServer(pg.host, pg.port, pg.user, Path(pg.data_dir)).stop("fast")
     return StopResult(str(data_dir), [n for n, _ in running], killed, pg_stopped)
 
 
-def _terminate(procs: list[tuple[int, int]], timeout_s: float) -> list[int]:
+def terminate(procs: list[tuple[int, int]], timeout_s: float) -> list[int]:
     """SIGTERM each (node id, pid), wait up to ``timeout_s`` for all, then SIGKILL the rest.
     Returns the node ids that had to be killed."""
     from kcli.ops.connection import process_alive

@@ -13,15 +13,16 @@ import struct
 import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -101,6 +102,11 @@ class PartitionDescription:
     offline_replicas: list[int] = field(default_factory=list)
     # cleanup.policy=compact (docs/broker.md "Log compaction"): dirty bytes / cleanable bytes
     dirty_ratio: float | None = None
+    # ListOffsets: earliest and latest (the high watermark) offsets; for a tiered topic also the
+    # first offset still on the leader's disk (KIP-405 EARLIEST_LOCAL); None when not answered
+    log_start_offset: int | None = None
+    log_end_offset: int | None = None
+    local_log_start_offset: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -251,6 +257,29 @@ def _is_unknown_topic(err: KafkaApiError) -> bool:
     return err.name == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
+def _tp_key(tp: Any) -> tuple[str, int]:
+    return tp.topic, tp.partition
+
+
+def list_offsets(client: Admin, partitions: Iterable[tuple[str, int]], spec: Any,
+                 strict: bool = False) -> dict[tuple[str, int], int | None]:
+    """ListOffsets for each partition with one OffsetSpec; an unanswerable partition maps to None
+    (or, with ``strict``, raises its error). A timestamp with no record after it answers -1."""
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+    futures = client.list_offsets({TopicPartition(t, p): spec for t, p in wanted}, request_timeout=client.timeout_s)
+    out: dict[tuple[str, int], int | None] = {}
+    for tp, fut in futures.items():
+        try:
+            out[_tp_key(tp)] = client.wait(fut, f"topic '{tp.topic}' partition {tp.partition}").offset
+        except KafkaApiError:
+            if strict:
+                raise
+            out[_tp_key(tp)] = None
+    return out
+
+
 # --- operations ----------------------------------------------------------------------------
 
 
@@ -309,6 +338,14 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
         except KafkaApiError as err:
             raise (_not_found(name) if _is_unknown_topic(err) else err) from None
     configs = _describe_configs(client, names)
+    # only partitions with a live leader: librdkafka would retry the others until the timeout
+    every = [(n, p.id) for n in names for p in described[n].partitions
+             if p.leader is not None and p.leader.id >= 0 and p.leader.host]
+    starts = list_offsets(client, every, OffsetSpec.earliest())
+    ends = list_offsets(client, every, OffsetSpec.latest())
+    tiered = [(n, p) for n in names if topic_kind({k: e.value for k, e in configs.get(n, {}).items()}) == TopicKind.tiered
+              for p in described[n].partitions]
+    local_starts = _local_log_starts(conn, tiered)
     result = []
     for name in names:
         desc = described[name]
@@ -338,6 +375,9 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
                     replica_racks=[n.rack for n in p.replicas],
                     offline_replicas=[n.id for n in p.replicas if not n.host],
                     dirty_ratio=dirty.get(p.id),
+                    log_start_offset=starts.get((name, p.id)),
+                    log_end_offset=ends.get((name, p.id)),
+                    local_log_start_offset=local_starts.get((name, p.id)),
                 )
                 for p in parts
             ],
@@ -347,6 +387,40 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
             tiered_epoch=int(all_configs["kcli.tiered.epoch"]) if all_configs.get("kcli.tiered.epoch") else None,
         ))
     return result
+
+
+EARLIEST_LOCAL_TIMESTAMP = -4  # ListOffsets v8+ (KIP-405): the leader's local log start
+
+
+def _local_log_starts(conn: Connection, partitions: list[tuple[str, Any]]) -> dict[tuple[str, int], int]:
+    """ListOffsets(-4) to each partition's leader with kcli's protocol client (confluent-kafka's
+    OffsetSpec has no EARLIEST_LOCAL); best effort: a partition that gets no answer is left out."""
+    by_leader: dict[str, dict[str, list[int]]] = {}
+    for topic, p in partitions:
+        if p.leader is None or p.leader.id < 0 or not p.leader.host:
+            continue
+        by_leader.setdefault(f"{p.leader.host}:{p.leader.port}", {}).setdefault(topic, []).append(p.id)
+    out: dict[tuple[str, int], int] = {}
+    if not by_leader:
+        return out
+    from kcli.errors import OperationError
+    from kcli.protocol.client import WireClient
+
+    for address, topics in by_leader.items():
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                        "timestamp": EARLIEST_LOCAL_TIMESTAMP} for p in ps]}
+            for t, ps in topics.items()]}
+        try:
+            with WireClient(address, timeout=conn.timeout_s, properties=conn.properties) as wire:
+                resp = wire.request(2, 8, body)
+        except OperationError:
+            continue
+        for t in resp.topics:
+            for p in t.partitions:
+                if not p.error_code and p.offset >= 0:
+                    out[(t.name, int(p.partition_index))] = int(p.offset)
+    return out
 
 
 def _parse_dirty_ratios(value: str | None) -> dict[int, float]:

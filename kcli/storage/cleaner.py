@@ -374,7 +374,7 @@ def _clean_group(plog: PartitionLog, group: list[CleanableSegment], offsets: dic
         out = bytearray()
         for seg in group:
             for h, data in iter_batches(seg):
-                kept, verbatim = _filter_batch(h, data, offsets, producer_last, now_ms, horizon_new, result)
+                kept, verbatim = filter_batch(h, data, offsets, producer_last, now_ms, horizon_new, result)
                 if kept is None:
                     changed = True
                     continue
@@ -416,7 +416,7 @@ def _write(fd: int, out: bytearray) -> int:
     return n
 
 
-def _filter_batch(h: BatchHeader, data: bytes, offsets: dict[bytes, int], producer_last: dict[int, int],
+def filter_batch(h: BatchHeader, data: bytes, offsets: dict[bytes, int], producer_last: dict[int, int],
                   now_ms: int, horizon_new: int, result: CleanResult) -> tuple[bytes | None, bool]:
     """(bytes to write or None to drop, whether they are the original bytes)."""
     if h.is_control:
@@ -531,6 +531,7 @@ __all__ = [
     "clean_log",
     "cleanable_range",
     "encode_batch",
+    "filter_batch",
     "read_checkpoints",
     "write_checkpoints",
 ]

@@ -519,19 +519,7 @@ class PartitionLog:
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
 
     def _check_keys(self, buf: bytearray, pos: int, size: int, index: int, errors: list[tuple[int, str]]) -> int:
-        """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key.
-        Adds (record index, message) per keyless record; returns the next record index."""
-        from aiokafka.record.default_records import DefaultRecordBatch
-
-        try:
-            for record in DefaultRecordBatch(bytes(buf[pos : pos + size])):
-                if record.key is None:
-                    message = f"Compacted topic cannot accept message without key in topic partition {self.dir.name}."
-                    errors.append((index, message))
-                index += 1
-        except Exception as exc:  # noqa: BLE001 - aiokafka's CorruptRecordException / codec errors
-            raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from None
-        return index
+        return check_record_keys(buf, pos, size, index, errors, self.dir.name)
 
     def _should_roll(self, seg: Segment, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int) -> bool:
         """Kafka's LogSegment.shouldRoll (an empty segment never rolls: it would be reborn
@@ -1062,11 +1050,30 @@ def read_partition_metadata(directory: Path | str) -> uuid.UUID | None:
         raise LogError(KAFKA_STORAGE_ERROR, f"malformed topic id in {path}") from exc
 
 
+def check_record_keys(buf: bytes | bytearray | memoryview, pos: int, size: int, index: int,
+                      errors: list[tuple[int, str]], partition: str) -> int:
+    """Kafka's LogValidator.validateKey for a compacted topic (classic or diskless): every record
+    needs a key. Adds (record index, message) per keyless record of the batch at ``pos``; returns
+    the next record index."""
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    try:
+        for record in DefaultRecordBatch(bytes(buf[pos : pos + size])):
+            if record.key is None:
+                message = f"Compacted topic cannot accept message without key in topic partition {partition}."
+                errors.append((index, message))
+            index += 1
+    except Exception as exc:  # noqa: BLE001 - aiokafka's CorruptRecordException / codec errors
+        raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from None
+    return index
+
+
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "AppendOrigin",
     "AppendResult",
     "PartitionLog",
+    "check_record_keys",
     "ReadResult",
     "SegmentInfo",
     "read_partition_metadata",
@@ -1077,3 +1084,4 @@ __all__ = [
     "LOG_SUFFIX",
     "TIMEINDEX_SUFFIX",
 ]
+

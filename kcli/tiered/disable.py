@@ -189,6 +189,9 @@ class Disabler:
         task = self._tasks.get(topic.topic_id)
         if task is not None and not task.done():
             return
+        log.info("tiered storage of %s: DISABLING (policy %s, tiered epoch %d)", topic.name,
+                 disable_policy(topic.configs), topic.tiered_epoch,
+                 extra={"event": "tiered.state", "topic": topic.name, "state": DISABLING})
         self._tasks[topic.topic_id] = asyncio.get_running_loop().create_task(
             self._run(topic.topic_id), name=f"tiered-disable-{topic.name}")
 
@@ -250,7 +253,8 @@ class Disabler:
                 return
             if self.broker.metadata.is_controller() and await self.guard.step(
                     (topic_id, DISABLED), t.name, lambda: self._write_disabled(t)):
-                log.info("tiered storage of %s disabled (policy %s, tiered epoch %d)", t.name, policy, epoch)
+                log.info("tiered storage of %s: DISABLING -> DISABLED (policy %s, tiered epoch %d)", t.name, policy,
+                         epoch, extra={"event": "tiered.state", "topic": t.name, "state": DISABLED})
                 return
             await asyncio.sleep(min(retry_s, WAIT_OTHERS_S))  # other hosts' parts, or the controller
 

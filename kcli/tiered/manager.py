@@ -194,6 +194,19 @@ class RemoteLogManager(BrokerExtension):
     def latest_tiered_offset(self, t: "TopicState", partition: int) -> int:
         return self.metadata.highest_offset(t.topic_id, partition)
 
+    def copy_lag(self) -> dict[str, tuple[int, int]]:
+        """Per topic, (segments, bytes) of rolled local segments not yet copied: Kafka's
+        RemoteCopyLagSegments / RemoteCopyLagBytes, for the metrics endpoint."""
+        out: dict[str, tuple[int, int]] = {}
+        for t, p, lg in self._local_logs(self.copy_enabled):
+            tiered_upto = self.latest_tiered_offset(t, p)
+            segs, size = out.get(t.name, (0, 0))
+            for seg in lg.segments():
+                if not seg.is_active and seg.size and seg.next_offset - 1 > tiered_upto:
+                    segs, size = segs + 1, size + seg.size
+            out[t.name] = (segs, size)
+        return out
+
     def remote_size(self, t: "TopicState") -> tuple[int, int]:
         """(segments, bytes) of the topic's finished remote segments."""
         segs = self.metadata.all_segments(t.topic_id, (S.COPY_SEGMENT_FINISHED,))

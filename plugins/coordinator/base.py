@@ -418,6 +418,46 @@ class BatchCoordinator(abc.ABC):
         a cluster, whose in-flight uploads the cleaner cannot see — is refused (its producers
         retry) instead of committed over a deleted object."""
 
+    # -- log compaction (cleanup.policy=compact on diskless topics) -----------------------------
+
+    @abc.abstractmethod
+    def replace_batches(
+        self,
+        topic_id_partition: TopicIdPartition,
+        replaced: list[BatchInfo],
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[BatchMetadata],
+        now_ms: int,
+        *,
+        require_intent: bool = True,
+    ) -> bool:
+        """Swap a compacted partition range in, atomically with respect to commits and fetches.
+
+        ``replaced`` are the live batches the cleaner read (as find_batches returned them, a run
+        of consecutive batches of the log); ``batches`` their rewrites in the uploaded object
+        ``object_key``, each with the base and last offset of one replaced batch (offsets never
+        change; a replaced batch without a rewrite leaves a gap). In one transaction: unless
+        every replaced batch is still live with its batch id (retention, DeleteRecords or
+        another compaction changed the range: answer False), they are deleted — objects left
+        without live batches are marked for deletion (the grace period protects fetches that
+        already hold their coordinates) — and the rewrites are committed as batches of the
+        new object. The new object's upload intent ends with the commit (``require_intent``:
+        CoordinatorException if it was claimed as an orphan); refused with False, the object
+        is committed already marked for deletion, so it is collected like any emptied object.
+        Batches beyond the range and the log's offsets are untouched. Producer idempotence state
+        is kept as it was (rewrites are never replayed into it)."""
+
+    @abc.abstractmethod
+    def cleaner_checkpoint(self, topic_id_partition: TopicIdPartition) -> int | None:
+        """The first dirty offset the log cleaner recorded for a log (None: never cleaned)."""
+
+    @abc.abstractmethod
+    def set_cleaner_checkpoint(self, topic_id_partition: TopicIdPartition, offset: int) -> None:
+        """Record the first dirty offset after a cleaning pass (Kafka's cleaner-offset-checkpoint,
+        kept with the log so that any broker — the controller of the moment — resumes)."""
+
     @abc.abstractmethod
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:
         """Per-topic live bytes, sizes of objects it uses, and dead object bytes."""

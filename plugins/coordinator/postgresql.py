@@ -73,7 +73,9 @@ from plugins.coordinator.sqlite import (
     INT32_MAX,
     PRODUCER_STATE_BATCHES,
     SqliteBatchCoordinator,
+    _checkpoint_key,
     _describe_bad,
+    check_replacement,
     _Producer,
 )
 
@@ -884,6 +886,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
             deleted += self._delete_batches(cur, log_id, topic_id, None, freed_per_file)[0]
         if logs:
             cur.execute("DELETE FROM logs WHERE log_id = ANY(%s)", ([row[0] for row in logs],))
+            cur.execute("DELETE FROM kcli_meta WHERE key = ANY(%s)", ([_checkpoint_key(row[0]) for row in logs],))
         self._release_files(cur, freed_per_file, now)
         return deleted
 
@@ -1126,6 +1129,86 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 " ON CONFLICT (object_key) DO NOTHING RETURNING object_key",
                 (keys, now_ms, now_ms, keys, [max(0, int(object_sizes[k])) for k in keys])).fetchall()
         return sorted(r[0] for r in rows)
+
+    # -- log compaction --------------------------------------------------------------------------
+
+    @_guarded
+    def replace_batches(
+        self,
+        topic_id_partition: TopicIdPartition,
+        replaced: list[BatchInfo],
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[BatchMetadata],
+        now_ms: int,
+        *,
+        require_intent: bool = True,
+    ) -> bool:
+        tip = topic_id_partition
+        check_replacement(tip, replaced, batches, file_size)
+        with self._tx() as cur:
+            # The log's row lock orders this against commits, retention and DeleteRecords of the log.
+            row = self._lock_logs(cur, [(tip.topic_id, tip.partition)]).get((tip.topic_id, tip.partition))
+            gone = cur.execute("DELETE FROM upload_intents WHERE object_key = %s", (object_key,)).rowcount == 0
+            if require_intent and gone:
+                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            try:
+                file_id = cur.execute(
+                    "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
+                    " marked_for_deletion_at) VALUES (%s, %s, %s, 0, 'deleting', %s, %s) RETURNING file_id",
+                    (object_key, uploader_broker_id, file_size, now_ms, now_ms)).fetchone()[0]
+            except psycopg.errors.UniqueViolation:
+                raise CoordinatorException(f"object {object_key} is already committed") from None
+            if row is None or not replaced:
+                return False
+            log_id, topic_name = row[0], row[1]
+            lo = min(b.metadata.last_offset for b in replaced)
+            hi = max(b.metadata.last_offset for b in replaced)
+            live = {(int(last), int(bid)) for last, bid in cur.execute(
+                "SELECT last_offset, batch_id FROM batches WHERE log_id = %s AND last_offset BETWEEN %s AND %s",
+                (log_id, lo, hi)).fetchall()}
+            if live != {(b.metadata.last_offset, b.batch_id) for b in replaced}:
+                return False  # the range changed since it was read: the new object is garbage
+            freed_per_file: dict[tuple[int, uuid.UUID], int] = {}
+            for fid, size in cur.execute(
+                    "WITH d AS (DELETE FROM batches WHERE log_id = %s AND last_offset BETWEEN %s AND %s"
+                    " RETURNING file_id, byte_size) SELECT file_id, sum(byte_size) FROM d GROUP BY file_id",
+                    (log_id, lo, hi)).fetchall():
+                freed_per_file[(fid, tip.topic_id)] = int(size)
+            self._release_files(cur, freed_per_file, now_ms)
+            used = sum(md.byte_size for md in batches)
+            cur.execute("UPDATE logs SET byte_size = byte_size - %s + %s WHERE log_id = %s",
+                        (sum(freed_per_file.values()), used, log_id))
+            if batches:
+                with cur.copy(_COPY_BATCHES) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    for md in batches:
+                        copy.write_row((log_id, md.last_offset, md.base_offset, file_id, md.byte_offset, md.byte_size,
+                                        md.log_append_timestamp, md.batch_max_timestamp, md.timestamp_type,
+                                        md.producer_id, md.producer_epoch, md.base_sequence, md.last_sequence))
+                cur.execute("UPDATE files SET used_size = %s, state = 'uploaded', marked_for_deletion_at = NULL"
+                            " WHERE file_id = %s", (used, file_id))
+                cur.execute("INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
+                            " VALUES (%s, %s, %s, %s, %s)", (file_id, tip.topic_id, topic_name, used, used))
+        return True
+
+    @_guarded
+    def cleaner_checkpoint(self, topic_id_partition: TopicIdPartition) -> int | None:
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT m.value FROM logs l JOIN kcli_meta m ON m.key = 'cleaner.checkpoint.' || l.log_id"
+                " WHERE l.topic_id = %s AND l.partition = %s",
+                (topic_id_partition.topic_id, topic_id_partition.partition)).fetchone()
+        return None if row is None else int(row[0])
+
+    @_guarded
+    def set_cleaner_checkpoint(self, topic_id_partition: TopicIdPartition, offset: int) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO kcli_meta (key, value) SELECT 'cleaner.checkpoint.' || log_id, %s FROM logs"
+                " WHERE topic_id = %s AND partition = %s ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(offset), topic_id_partition.topic_id, topic_id_partition.partition))
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

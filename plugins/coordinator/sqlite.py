@@ -440,6 +440,30 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
         _migrate_v2(db)
 
 
+def _checkpoint_key(log_id: int) -> str:
+    """kcli_meta key of a log's cleaner checkpoint (no schema change for a small per-log value)."""
+    return f"cleaner.checkpoint.{log_id}"
+
+
+def check_replacement(tip: TopicIdPartition, replaced: list[BatchInfo], batches: list[BatchMetadata],
+                      file_size: int) -> None:
+    """CoordinatorException unless each rewrite keeps the offsets of one replaced batch, in order,
+    inside the object (shared by both coordinators: a malformed swap is a cleaner bug)."""
+    spans = {(b.metadata.base_offset, b.metadata.last_offset) for b in replaced}
+    if len(spans) != len(replaced):
+        raise CoordinatorException(f"replace_batches of {tip}: replaced batches repeat")
+    prev = -1
+    for i, md in enumerate(batches):
+        if (md.base_offset, md.last_offset) not in spans or md.base_offset <= prev:
+            raise CoordinatorException(
+                f"replace_batches of {tip}: rewrite {i} (offsets {md.base_offset}..{md.last_offset}) matches"
+                " no replaced batch in order")
+        if md.byte_size <= 0 or md.byte_offset < 0 or md.byte_offset + md.byte_size > file_size \
+                or md.timestamp_type not in _TIMESTAMP_TYPES:
+            raise CoordinatorException(f"replace_batches of {tip}: rewrite {i} lies outside the object or is malformed")
+        prev = md.last_offset
+
+
 def _describe_bad(req: CommitBatchRequest, file_size: int) -> str:
     """Why a commit request is malformed (a broker bug, so the whole commit is refused)."""
     if req.size <= 0 or req.byte_offset < 0 or req.byte_offset + req.size > file_size:
@@ -748,6 +772,14 @@ class SqliteBatchCoordinator(BatchCoordinator):
         return self._next_batch_id
 
     @staticmethod
+    def _end_intent(db: sqlite3.Connection, object_key: str, require_intent: bool) -> None:
+        """The upload intent ends with the commit (one primary-key delete in a tiny table);
+        ``require_intent``: refused if it was claimed as an orphan meanwhile."""
+        gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
+        if require_intent and gone:
+            raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+
+    @staticmethod
     def _log_row(db: sqlite3.Connection, topic_id: str, partition: int) -> tuple | None:
         """(log_id, topic_name, log_start_offset, high_watermark, byte_size) or None."""
         return db.execute(
@@ -793,6 +825,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         Its file_logs rows stay until their objects go (they match no batch any more)."""
         count, _ = self._delete_batches(db, log_id, topic_id, None, now, update_logs=False)
         self._producers.drop(db, log_id)
+        db.execute("DELETE FROM kcli_meta WHERE key = ?", (_checkpoint_key(log_id),))
         db.execute("DELETE FROM logs WHERE log_id = ?", (log_id,))
         return count
 
@@ -840,10 +873,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             first_batch_id = batch_id = self._batch_counter(db)
             idempotent = max(map(_PRODUCER_ID, batches), default=-1) >= 0
             producers = self._producers.loaded(db, now) if idempotent else {}
-            # The upload intent ends with the commit (one primary-key delete in a tiny table).
-            gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
-            if require_intent and gone:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            self._end_intent(db, object_key, require_intent)
             try:
                 file_id = db.execute(
                     "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
@@ -1400,6 +1430,100 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     (key, row[0], max(0, int(object_sizes[key])), now_ms, now_ms, counter))
                 claimed.append(key)
         return claimed
+
+    # -- log compaction --------------------------------------------------------------------------
+
+    @_guarded
+    def replace_batches(
+        self,
+        topic_id_partition: TopicIdPartition,
+        replaced: list[BatchInfo],
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[BatchMetadata],
+        now_ms: int,
+        *,
+        require_intent: bool = True,
+    ) -> bool:
+        tip = topic_id_partition
+        check_replacement(tip, replaced, batches, file_size)
+        with self._tx() as db:
+            self._forget_logs()  # the log's byte size changes below
+            self._end_intent(db, object_key, require_intent)
+            try:
+                file_id = db.execute(
+                    "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
+                    " marked_for_deletion_at, next_batch_id) VALUES (?, ?, ?, 0, 'deleting', ?, ?, ?)",
+                    (object_key, uploader_broker_id, file_size, now_ms, now_ms, self._batch_counter(db)),
+                ).lastrowid
+            except sqlite3.IntegrityError:
+                raise CoordinatorException(f"object {object_key} is already committed") from None
+            tid = str(tip.topic_id)
+            row = self._log_row(db, tid, tip.partition)
+            if row is None or not replaced:
+                return False
+            log_id, topic_name = row[0], row[1]
+            lo = min(b.metadata.last_offset for b in replaced)
+            hi = max(b.metadata.last_offset for b in replaced)
+            live = {(last, batch_id) for last, batch_id in db.execute(
+                "SELECT last_offset, batch_id FROM batches WHERE log_id = ? AND last_offset BETWEEN ? AND ?",
+                (log_id, lo, hi))}
+            if live != {(b.metadata.last_offset, b.batch_id) for b in replaced}:
+                return False  # the range changed since it was read: the new object is garbage
+            # Producers' idempotence state as of now: the rewrites (producer_batches = 0) are never
+            # replayed into it, and the batches it was replayed from are going.
+            self._producers.snapshot(db, now_ms, self._batch_counter(db) - 1)
+            freed = db.execute(
+                "SELECT file_id, SUM(byte_size) FROM batches WHERE log_id = ? AND last_offset BETWEEN ? AND ?"
+                " GROUP BY file_id", (log_id, lo, hi)).fetchall()
+            db.execute("DELETE FROM batches WHERE log_id = ? AND last_offset BETWEEN ? AND ?", (log_id, lo, hi))
+            db.executemany("UPDATE file_topics SET live_bytes = live_bytes - ? WHERE file_id = ? AND topic_id = ?",
+                           [(size, fid, tid) for fid, size in freed])
+            db.executemany("UPDATE files SET used_size = used_size - ? WHERE file_id = ?",
+                           [(size, fid) for fid, size in freed])
+            db.executemany("UPDATE files SET state = 'deleting', marked_for_deletion_at = ?"
+                           " WHERE file_id = ? AND used_size = 0 AND state = 'uploaded'",
+                           [(now_ms, fid) for fid, _ in freed])
+            batch_id = self._batch_counter(db)
+            rows = []
+            for md in batches:
+                rows.append((log_id, md.last_offset, md.base_offset, file_id, md.byte_offset, md.byte_size,
+                             md.log_append_timestamp, md.batch_max_timestamp, md.timestamp_type, md.producer_id,
+                             md.producer_epoch, md.base_sequence, md.last_sequence, batch_id))
+                batch_id += 1
+            db.executemany(_INSERT_BATCH, rows)
+            self._next_batch_id = batch_id
+            used = sum(md.byte_size for md in batches)
+            db.execute("UPDATE logs SET byte_size = byte_size - ? + ? WHERE log_id = ?",
+                       (sum(size for _, size in freed), used, log_id))
+            if batches:
+                db.execute("UPDATE files SET used_size = ?, state = 'uploaded', marked_for_deletion_at = NULL,"
+                           " next_batch_id = ? WHERE file_id = ?", (used, batch_id, file_id))
+                db.execute("INSERT INTO file_logs (file_id, log_id, min_last_offset, max_last_offset)"
+                           " VALUES (?, ?, ?, ?)", (file_id, log_id, batches[0].last_offset, batches[-1].last_offset))
+                db.execute("INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
+                           " VALUES (?, ?, ?, ?, ?)", (file_id, tid, topic_name, used, used))
+        if self._checkpointer is not None:
+            self._checkpointer.poke()
+        return True
+
+    @_guarded
+    def cleaner_checkpoint(self, topic_id_partition: TopicIdPartition) -> int | None:
+        db = self._conn()
+        row = self._log_row(db, str(topic_id_partition.topic_id), topic_id_partition.partition)
+        if row is None:
+            return None
+        value = db.execute("SELECT value FROM kcli_meta WHERE key = ?", (_checkpoint_key(row[0]),)).fetchone()
+        return None if value is None else int(value[0])
+
+    @_guarded
+    def set_cleaner_checkpoint(self, topic_id_partition: TopicIdPartition, offset: int) -> None:
+        with self._tx() as db:
+            row = self._log_row(db, str(topic_id_partition.topic_id), topic_id_partition.partition)
+            if row is not None:
+                db.execute("INSERT OR REPLACE INTO kcli_meta (key, value) VALUES (?, ?)",
+                           (_checkpoint_key(row[0]), str(offset)))
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

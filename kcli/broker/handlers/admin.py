@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kcli.broker import audit
 from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.errors import BrokerError
@@ -55,9 +56,15 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             t = b.create_topic(rt.name, int(rt.num_partitions), int(rt.replication_factor), configs,
                                validate_only=bool(req.validate_only), assignments=assignments)
         except BrokerError as err:
+            if not req.validate_only:
+                audit.refused(ctx, "creation", rt.name, err)
             entry.update(error_code=err.code, error_message=err.message or None)
             out.append(entry)
             continue
+        if t is not None and not req.validate_only:
+            audit.changed(ctx, "topic.created", f"Created topic {t.name} with topic ID {audit.topic_id_str(t.topic_id)}, "
+                          f"{len(t.partitions)} partition(s) and configs {audit.format_configs(configs)}", t.name,
+                          topic_id=audit.topic_id_str(t.topic_id), partitions=len(t.partitions), configs=configs)
         if t is not None:
             eff = b.effective_topic_configs(t)
             entry.update(topic_id=t.topic_id, num_partitions=len(t.partitions), replication_factor=1,
@@ -95,7 +102,10 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if t is not None:
                 entry["topic_id"] = t.topic_id
             b.delete_topic(name)
+            tid = audit.topic_id_str(entry["topic_id"])
+            audit.changed(ctx, "topic.deleted", f"Deleted topic {name} with topic ID {tid}", name, topic_id=tid)
         except BrokerError as err:
+            audit.refused(ctx, "deletion", name, err)
             entry.update(error_code=err.code, error_message=err.message or None)
         out.append(entry)
     return {"throttle_time": 0, "responses": out}
@@ -114,7 +124,12 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": rt.name, "error_code": 0, "error_message": None}
         try:
             b.create_partitions(rt.name, int(rt.count), validate_only=bool(req.validate_only))
+            if not req.validate_only:
+                audit.changed(ctx, "topic.partitions.created", f"Increased the partition count of topic {rt.name} "
+                              f"to {int(rt.count)}", rt.name, partitions=int(rt.count))
         except BrokerError as err:
+            if not req.validate_only:
+                audit.refused(ctx, "partition creation", rt.name, err)
             entry.update(error_code=err.code, error_message=err.message or None)
         out.append(entry)
     return {"throttle_time": 0, "results": out}
@@ -175,11 +190,16 @@ def _alter_one(ctx: RequestContext, resource_type: int, name: str, changes: dict
     try:
         if resource_type == TOPIC:
             ctx.broker.alter_topic_configs(name, changes, incremental=incremental, validate_only=validate_only)
+            if not validate_only:
+                audit.changed(ctx, "topic.configs.altered", f"{'Incrementally altered' if incremental else 'Altered'} "
+                              f"configs of topic {name}: {audit.format_configs(changes)}", name, configs=changes)
         elif resource_type == BROKER:
             raise BrokerError(INVALID_CONFIG, "broker configs are static in kcli's broker; set them with kcli broker start --config")
         else:
             raise BrokerError(INVALID_REQUEST, f"Unsupported resource type {resource_type}")
     except BrokerError as err:
+        if not validate_only and resource_type == TOPIC:
+            audit.refused(ctx, "config change", name, err)
         entry.update(error_code=err.code, error_message=err.message or None)
     return entry
 

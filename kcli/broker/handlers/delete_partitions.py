@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kcli.broker import audit
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.codec import build, response_class
 from kcli.protocol.errors import BrokerError
@@ -46,9 +47,14 @@ async def delete_partitions(ctx: RequestContext, req: Any) -> Any:
         try:
             outcomes = await reducer.delete_partitions(rt.name, parts, delay, validate_only=validate_only)
         except BrokerError as err:
+            if not validate_only:
+                audit.refused(ctx, "partition deletion", rt.name, err)
             topics.append({"name": rt.name, "partitions": [_error_entry(p, err) for p in parts]})
             extras.append([None] * len(parts))
             continue
+        if not validate_only:
+            audit.changed(ctx, "topic.partitions.deleted", f"Requested deletion of partitions {sorted(parts)} of topic "
+                          f"{rt.name} (KIP-694, delay {delay} ms)", rt.name, partitions=sorted(parts), delay_ms=delay)
         topics.append({"name": rt.name, "partitions": [
             {"partition_index": o.partition, "status_code": o.mode, "error_code": 0, "error_message": None}
             for o in outcomes]})

@@ -111,4 +111,9 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if total >= max(1, int(req.min_bytes)) or left <= 0 or b.stopping or not keys or redirected:
             break
         await b.notifier.wait(keys, left)
+    for entry in responses:  # Kafka's BytesOutPerSec, per topic: what this response carries
+        sent = sum(len(p["records"]) for p in entry["partitions"] if p.get("records"))
+        name = entry.get("topic") or (t.name if (t := b.topic_by_id(entry.get("topic_id"))) else None)
+        if sent and name:
+            b.metrics.inc_labelled("topic.bytes_out", {"topic": name}, sent)
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

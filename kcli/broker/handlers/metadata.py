@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kcli.broker import audit
 from kcli.broker.broker import INTERNAL_TOPICS, RESERVED_TOPICS
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.errors import BrokerError
@@ -87,7 +88,12 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if b.topic(name) is None:
                 if auto and name not in RESERVED_TOPICS:
                     try:
-                        b.create_topic(name, -1, -1, {})
+                        t = b.create_topic(name, -1, -1, {})
+                        if t is not None:
+                            audit.changed(ctx, "topic.created", f"Auto-created topic {name} with topic ID "
+                                          f"{audit.topic_id_str(t.topic_id)} and {len(t.partitions)} partition(s)",
+                                          name, topic_id=audit.topic_id_str(t.topic_id), partitions=len(t.partitions),
+                                          configs={}, auto_created=True)
                         # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created.
                         topics.append({**topic_entry(ctx, name, producer_view), "error_code": LEADER_NOT_AVAILABLE})
                         continue

@@ -17,6 +17,7 @@ from kcli.broker.broker import now_ms
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.broker.metadata_log import MODE_READ_ONLY
 from kcli.protocol.errors import BrokerError
+from kcli.records.batch import InvalidBatchError, iter_headers
 
 log = logging.getLogger("kcli.broker.produce")
 
@@ -29,6 +30,14 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 NOT_ENOUGH_REPLICAS = 19
 INVALID_TXN_STATE = 48
 NOT_LEADER_OR_FOLLOWER = 6
+
+
+def record_count(records: bytes) -> int:
+    """Records in a produced record set (from the batch headers; a partial tail counts nothing)."""
+    try:
+        return sum(h.last_offset_delta + 1 for h in iter_headers(records))
+    except InvalidBatchError:
+        return 0
 
 
 def _error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
@@ -44,6 +53,7 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     results: dict[tuple[str, int], dict[str, Any]] = {}
     pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
     touched: set[Any] = set()
+    appended: dict[tuple[str, int], bytes] = {}  # what each partition was sent, for the byte counters
     order: list[tuple[str, list[int]]] = []
     for td in req.topic_data:
         name = td.name
@@ -76,6 +86,7 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             if not records:
                 results[key] = _error(pd.index, CORRUPT_MESSAGE, "empty records")
                 continue
+            appended[key] = records
             if b.is_diskless(t):
                 pending[key] = b.diskless.append(t, pd.index, records)
                 continue
@@ -117,6 +128,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             results[key] = await fut
         except BrokerError as err:
             results[key] = _error(key[1], err.code, err.message or None)
+    for key, records in appended.items():  # Kafka's BytesInPerSec / MessagesInPerSec, per topic
+        if results[key]["error_code"] == 0:
+            b.metrics.inc_labelled("topic.bytes_in", {"topic": key[0]}, len(records))
+            b.metrics.inc_labelled("topic.messages_in", {"topic": key[0]}, record_count(records))
     if acks == 0:
         return None
     return {
