@@ -432,3 +432,24 @@ def test_in_a_cluster_each_broker_registers_every_listener(tls_broker, broker_fa
     assert sorted(m.value() for m in consume_all(conn.bootstrap, topic, 2, **ssl_props)) == [b"p0", b"p1"]
     online = OnlineDiskless(conn)  # kcli's admin API, to the controller at its SSL address
     assert "topics" in online.describe() and online.bootstrap in expected.values()
+
+
+def test_a_client_certificate_is_the_principal_acls_see(tls_broker, tmp_path):
+    """Kafka's default SSL principal: User:<subject, RFC 2253>. As a super user it may create a
+    topic; as User:ANONYMOUS (no certificate principal) the authorizer would refuse."""
+    certs = tls_broker.certs
+    b = BrokerProcess(tmp_path / "data", {
+        "ssl.keystore.location": str(certs.server), "ssl.client.auth": "required",
+        "ssl.truststore.location": str(certs.ca),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:CN=kcli-client,O=kcli tests"})
+    b.host = "SSL://127.0.0.1"  # → --listen SSL://127.0.0.1:0
+    b.start()
+    try:
+        from kcli.ops import topics as topic_ops
+
+        conn = Connection(b.bootstrap, client_props(tls_broker, "MTLS"))
+        topic_ops.create_topic(conn, topic_ops.CreateTopicRequest("by-cert", partitions=1))
+        assert [t.topic for t in topic_ops.describe_topics(conn, ["by-cert"])] == ["by-cert"]
+    finally:
+        b.stop()
