@@ -1,3 +1,4 @@
+
 _kcli_completion() {
     local IFS=$'
 '
@@ -8,3 +9,4 @@ _kcli_completion() {
 }
 
 complete -o default -F _kcli_completion kcli
+

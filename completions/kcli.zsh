@@ -1,3 +1,4 @@
+
 #compdef kcli
 
 _kcli_completion() {
@@ -5,3 +6,4 @@ _kcli_completion() {
 }
 
 compdef _kcli_completion kcli
+
