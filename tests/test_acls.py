@@ -47,12 +47,14 @@ from kcli.broker.sasl import UsersFile, hash_password
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - fixture
+from tests.test_output_formats import assert_documented
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
-USERS = ("admin", "alice", "bob", "carol")
+USERS = ("admin", "alice", "bob", "carol", "tina", "ted")
 AUTHZ = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
          "super.users": "User:admin", "group.initial.rebalance.delay.ms": "0"}
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
+UNKNOWN_PARTITION, NOT_ATTEMPTED = 3, 55
 
 
 # --- the rules, without a broker ---------------------------------------------------------------
@@ -414,11 +416,13 @@ def test_acl_apis_filters_and_cli(authz_broker, cli_env):  # noqa: F811
                "--topic", "cli-", "--resource-pattern-type", "prefixed", "-o", "json")
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == 2
+    assert_documented("kcli acls create", json.loads(out.stdout))
     assert kcli("create", "--allow-principal", "User:dave", "--operation", "Read", "--group", "cli-group").returncode == 0
     allow(bs, "User:dave", AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, "*")
     # match: every ACL that applies to the name: the prefix, and the literal "*"
     listed = json.loads(kcli("list", "--topic", "cli-x", "--resource-pattern-type", "match", "--principal", "User:dave",
                              "-o", "json").stdout)
+    assert_documented("kcli acls list", listed)
     assert {(a["resource_name"], a["operation"]) for a in listed} == {("cli-", "READ"), ("cli-", "DESCRIBE"),
                                                                      ("*", "DESCRIBE_CONFIGS")}
     table = kcli("list", "--principal", "User:dave").stdout
@@ -427,6 +431,7 @@ def test_acl_apis_filters_and_cli(authz_broker, cli_env):  # noqa: F811
     assert_one_line_error(kcli("create", "--allow-principal", "User:c", "--group", "g", "--operation", "Write"), 2, "Write")
     gone = json.loads(kcli("delete", "--topic", "cli-", "--resource-pattern-type", "prefixed", "--operation", "Read",
                            "-o", "json").stdout)
+    assert_documented("kcli acls delete", gone)
     assert [(a["resource_name"], a["operation"]) for a in gone] == [("cli-", "READ")]
     left = admin_of(bs).describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:dave",
                                                        None, AclOperation.ANY, AclPermissionType.ANY)).result(15)
@@ -520,6 +525,199 @@ def test_acls_apply_on_every_broker_of_a_cluster(broker_factory, tmp_path, pg_da
                 break
             assert time.monotonic() < deadline
             time.sleep(0.3)
+
+
+def txn_producer(bootstrap: str, user: str, tid: str) -> Producer:
+    return Producer({**conf(bootstrap, user), "transactional.id": tid, "linger.ms": 5, "message.timeout.ms": 15000})
+
+
+def txn_error(fn: Any, *args: Any) -> Any:
+    """The KafkaError a transactional producer call fails with."""
+    with pytest.raises(KafkaException) as raised:
+        fn(*args)
+    return raised.value.args[0]
+
+
+def test_transactional_producer_needs_write_on_its_id_and_topics(authz_broker):
+    bs = authz_broker.bootstrap
+    for fut in admin_of(bs).create_topics([NewTopic(t, 1, 1) for t in ("txa", "txb")]).values():
+        fut.result(20)
+    allow(bs, "User:tina", AclOperation.WRITE, ResourceType.TOPIC, "txa")
+    err = txn_error(txn_producer(bs, "tina", "tina-tx").init_transactions, 20)
+    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
+    allow(bs, "User:tina", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tina-", ResourcePatternType.PREFIXED)
+    p = txn_producer(bs, "tina", "tina-tx")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("txa", b"committed")
+    p.commit_transaction(30)  # AddPartitionsToTxn, Produce, EndTxn: all allowed
+    # a topic without WRITE: AddPartitionsToTxn refuses it, the transaction can only be aborted
+    p.begin_transaction()
+    reports: dict[str, Any] = {}
+    p.produce("txa", b"aborted", on_delivery=lambda e, m: reports.setdefault(m.topic(), e))
+    p.produce("txb", b"refused", on_delivery=lambda e, m: reports.setdefault(m.topic(), e))
+    assert txn_error(p.commit_transaction, 30).txn_requires_abort()
+    assert reports["txb"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, reports
+    p.abort_transaction(30)
+    # offsets in a transaction: READ on the group (AddOffsetsToTxn), READ on the topic (TxnOffsetCommit)
+    c = Consumer({**conf(bs, "tina"), "group.id": "tina-group"})
+    meta = c.consumer_group_metadata()
+    for grant in ((AclOperation.READ, ResourceType.GROUP, "tina-group"), (AclOperation.READ, ResourceType.TOPIC, "txa"),
+                  None):
+        p.begin_transaction()
+        p.produce("txa", b"with-offsets")
+        try:
+            p.send_offsets_to_transaction([TopicPartition("txa", 0, 1)], meta, 30)
+            p.commit_transaction(30)
+            assert grant is None, f"committed without {grant}"
+        except KafkaException as raised:
+            assert grant is not None, raised
+            want = KafkaError.GROUP_AUTHORIZATION_FAILED if grant[1] == ResourceType.GROUP else \
+                KafkaError.TOPIC_AUTHORIZATION_FAILED
+            assert raised.args[0].code() == want, raised
+            p.abort_transaction(30)
+            allow(bs, "User:tina", *grant)
+    c.close()
+    offsets = admin_of(bs).list_consumer_group_offsets([ConsumerGroupTopicPartitions("tina-group")])
+    assert [tp.offset for tp in offsets["tina-group"].result(15).topic_partitions] == [1]
+    reader = Consumer({**conf(bs, "admin"), "group.id": "tina-check", "isolation.level": "read_committed",
+                       "auto.offset.reset": "earliest"})
+    reader.assign([TopicPartition("txa", 0, 0)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 2 and time.monotonic() < deadline:
+        m = reader.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.append(m.value())
+    reader.close()
+    assert seen == [b"committed", b"with-offsets"]
+    # another principal may not touch tina's transactional id, nor even find its coordinator
+    err = txn_error(txn_producer(bs, "ted", "tina-tx").init_transactions, 20)
+    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_transaction_apis_answer_per_entry(authz_broker):
+    """The wire answers: per partition for AddPartitionsToTxn, TxnOffsetCommit, DescribeProducers
+    and WriteTxnMarkers; per id for DescribeTransactions; ListTransactions lists what may be described."""
+    bs = authz_broker.bootstrap
+    admin_of(bs).create_topics([NewTopic("txc", 2, 1)])["txc"].result(20)
+    allow(bs, "User:tina", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tina-", ResourcePatternType.PREFIXED)
+    allow(bs, "User:tina", AclOperation.WRITE, ResourceType.TOPIC, "txc")
+
+    def add_partitions(c: WireClient, tid: str, pid: int, epoch: int, topics: dict[str, list[int]]) -> dict[str, int]:
+        r = c.request(24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                              "v3_and_below_producer_epoch": epoch,
+                              "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        return {f"{t.name}-{p.partition_index}": int(p.partition_error_code)
+                for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+    with WireClient(bs) as tina, WireClient(bs) as ted:
+        login(tina, "tina")
+        login(ted, "ted")
+        init = tina.request(22, 4, {"transactional_id": "tina-raw", "transaction_timeout": 60000, "producer_id": -1,
+                                    "producer_epoch": -1})
+        assert int(init.error_code) == 0
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        # one refused topic fails the whole request: the allowed partitions were not attempted
+        assert add_partitions(tina, "tina-raw", pid, epoch, {"txc": [0, 1, 7], "secret": [0]}) == {
+            "txc-0": NOT_ATTEMPTED, "txc-1": NOT_ATTEMPTED, "txc-7": UNKNOWN_PARTITION, "secret-0": TOPIC_DENIED}
+        assert add_partitions(ted, "tina-raw", pid, epoch, {"txc": [0]}) == {"txc-0": TXN_DENIED}
+        assert add_partitions(tina, "tina-raw", pid, epoch, {"txc": [0, 1]}) == {"txc-0": 0, "txc-1": 0}
+        for who, code in ((ted, TXN_DENIED),):  # AddOffsetsToTxn, EndTxn: WRITE on the id
+            assert int(who.request(25, 3, {"transactional_id": "tina-raw", "producer_id": pid, "producer_epoch": epoch,
+                                           "group_id": "tina-g"}).error_code) == code
+            assert int(who.request(26, 3, {"transactional_id": "tina-raw", "producer_id": pid, "producer_epoch": epoch,
+                                           "committed": False}).error_code) == code
+        assert int(tina.request(25, 3, {"transactional_id": "tina-raw", "producer_id": pid, "producer_epoch": epoch,
+                                        "group_id": "not-tinas"}).error_code) == GROUP_DENIED
+        allow(bs, "User:tina", AclOperation.READ, ResourceType.GROUP, "tina-g")
+        assert int(tina.request(25, 3, {"transactional_id": "tina-raw", "producer_id": pid, "producer_epoch": epoch,
+                                        "group_id": "tina-g"}).error_code) == 0
+        commit = {"transactional_id": "tina-raw", "group_id": "tina-g", "producer_id": pid, "producer_epoch": epoch,
+                  "generation_id": -1, "member_id": "", "group_instance_id": None,
+                  "topics": [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                                          "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                             for t in ("txc", "txa")]}
+        r = tina.request(28, 3, commit)  # READ on txa (earlier test) but not on txc: per partition
+        assert {t.name: int(t.partitions[0].error_code) for t in r.topics} == {"txc": TOPIC_DENIED, "txa": 0}
+        r = ted.request(28, 3, commit)
+        assert {t.name: int(t.partitions[0].error_code) for t in r.topics} == {"txc": TXN_DENIED, "txa": TXN_DENIED}
+        # DescribeProducers: READ on the topic
+        r = tina.request(61, 0, {"topics": [{"name": t, "partition_indexes": [0]} for t in ("txa", "txc")]})
+        by_topic = {t.name: t.partitions[0] for t in r.topics}
+        assert int(by_topic["txa"].error_code) == 0 and by_topic["txa"].active_producers
+        assert (int(by_topic["txc"].error_code), by_topic["txc"].error_message) == (TOPIC_DENIED,
+                                                                                    "Topic authorization failed.")
+        # WriteTxnMarkers (kcli transactions abort): CLUSTER_ACTION on the cluster
+        r = tina.request(27, 1, {"markers": [{"producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
+                                              "coordinator_epoch": 0,
+                                              "topics": [{"name": "txc", "partition_indexes": [0, 1]}]}]})
+        assert [int(p.error_code) for p in r.markers[0].topics[0].partitions] == [CLUSTER_DENIED, CLUSTER_DENIED]
+
+        def listed(c: WireClient) -> set[str]:
+            r = c.request(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+            assert int(r.error_code) == 0
+            return {s.transactional_id for s in r.transaction_states}
+
+        def described(c: WireClient, tid: str) -> tuple[int, str, list[str]]:
+            s = c.request(65, 0, {"transactional_ids": [tid]}).transaction_states[0]
+            return int(s.error_code), s.transaction_state, [f"{t.topic}-{p}" for t in s.topics for p in t.partitions]
+
+        with WireClient(bs) as adm:
+            assert listed(login(adm, "admin")) >= {"tina-tx", "tina-raw"}
+            assert described(adm, "tina-raw") == (0, "Ongoing", ["txc-0", "txc-1"])
+        assert listed(tina) == {"tina-tx", "tina-raw"}  # WRITE implies DESCRIBE
+        assert listed(ted) == set() and described(ted, "tina-raw")[0] == TXN_DENIED
+        allow(bs, "User:ted", AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "tina-raw")
+        assert listed(ted) == {"tina-raw"}
+        assert described(ted, "tina-raw") == (0, "Ongoing", [])  # ted may not describe txc: its partitions are hidden
+        allow(bs, "User:ted", AclOperation.DESCRIBE, ResourceType.TOPIC, "txc")
+        assert described(ted, "tina-raw") == (0, "Ongoing", ["txc-0", "txc-1"])
+        assert int(tina.request(26, 3, {"transactional_id": "tina-raw", "producer_id": pid, "producer_epoch": epoch,
+                                        "committed": False}).error_code) == 0
+
+
+def test_gates_of_apis_whose_handlers_come_later():
+    """OffsetForLeaderEpoch (23) and DescribeLogDirs (35) have no handler yet; their gates run here
+    in front of a handler that echoes what reached it, with the real Authorizer, and their
+    refusals must encode as the API's response."""
+    import asyncio
+    import types
+
+    from kcli.broker.authz import guarded
+    from kcli.broker.dispatch import ApiHandler, ConnectionState, RequestContext
+    from kcli.protocol import codec
+
+    az = authorizer(acl("seen", Op.DESCRIBE), acl("kafka-cluster", Op.CLUSTER_ACTION, principal="User:follower",
+                                                    rtype=RT.CLUSTER))
+    broker = types.SimpleNamespace(authorizer=az, topic_by_id=lambda _id: None)
+    reached: list[Any] = []
+
+    async def handler(_ctx: Any, req: Any) -> dict[str, Any]:
+        reached.append(req)
+        return {"throttle_time": 0, "error_code": 0, "results": [], "topics": []}
+
+    def run(key: int, version: int, body: dict[str, Any], principal: str = "User:alice") -> Any:
+        reached.clear()
+        fn = guarded(ApiHandler(key, "later", 0, version, handler), broker)
+        req = codec.build(codec.request_class(key, version), body)
+        ctx = RequestContext(broker, codec.RequestHeader(key, version, 1, "t"), ConnectionState("127.0.0.1:1", True, principal))
+        answer = asyncio.run(fn(ctx, req))
+        return codec.build(codec.response_class(key, version), answer)
+
+    epochs = {"replica_id": -1, "topics": [{"topic": t, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                                         "leader_epoch": 3}]} for t in ("seen", "hidden")]}
+    r = run(23, 4, epochs)
+    assert [t.topic for t in reached[0].topics] == ["seen"]
+    [denied] = [t for t in r.topics if t.topic == "hidden"]
+    p = denied.partitions[0]
+    assert (int(p.error_code), p.leader_epoch, p.end_offset) == (TOPIC_DENIED, -1, -1)
+    run(23, 4, epochs, "User:follower")  # a follower: CLUSTER_ACTION covers every topic
+    assert [t.topic for t in reached[0].topics] == ["seen", "hidden"]
+    for version in (1, 4):
+        r = run(35, version, {"topics": None})
+        assert not reached and r.results == ()
+        assert version < 3 or int(r.error_code) == CLUSTER_DENIED
 
 
 def test_every_api_has_an_authorization_check():

@@ -333,6 +333,26 @@ CASES: dict[str, list[Case]] = {
         C("runbook", "run", "{bad_runbook}", needle="invalid", problem_lines=True),
         C("runbook", "run", "{good_runbook}", "--var", "novalue", needle="--var"),
     ],
+    "transactions list": [
+        O("transactions", "list", "--state", "Sleeping", code=2, needle="--state"),
+        O("transactions", "list", "--duration-filter", "-5", code=2, needle="--duration-filter"),
+        O("transactions", "list", "--producer-id", "abc", code=2, needle="--producer-id"),
+    ],
+    "transactions describe": [
+        C("transactions", "describe", needle="--transactional-id"),
+        O("transactions", "describe", "--transactional-id", "no-such-txn", needle="TRANSACTIONAL_ID_NOT_FOUND"),
+    ],
+    "transactions describe-producers": [
+        O("transactions", "describe-producers", "--topic", MISSING, "--partition", "0", needle="UNKNOWN_TOPIC_OR_PARTITION"),
+        O("transactions", "describe-producers", "--topic", CLASSIC, "--partition", "-1", code=2, needle="--partition"),
+        O("transactions", "describe-producers", "--topic", DISKLESS, "--partition", "0", needle="diskless"),
+    ],
+    "transactions abort": [
+        O("transactions", "abort", "--topic", CLASSIC, "--partition", "0", code=2, needle="--start-offset"),
+        O("transactions", "abort", "--topic", CLASSIC, "--partition", "0", "--start-offset", "1", "--producer-id", "5",
+          code=2, needle="--start-offset"),
+        O("transactions", "abort", "--topic", CLASSIC, "--partition", "0", "--start-offset", "1", needle="offset 1"),
+    ],
 }
 
 # A sample that also runs as separate processes (the real entry point, real exit codes).

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.fixtures_cli import REPO, assert_one_line_error, assert_usage_errors
 from tests.kafka_helpers import create_topic, produce
+from tests.test_output_formats import assert_documented
 
 pytestmark = pytest.mark.skipif(
     __import__("kcli.cluster.pgserver", fromlist=["pg_bin_dir"]).pg_bin_dir() is None,
@@ -101,17 +102,6 @@ def started(env: dict[str, str], cluster_dir: Path) -> dict[str, Any]:
     document = json.loads(proc.stdout)
     assert_documented("kcli cluster start", document)
     return document
-
-
-def assert_documented(title: str, document: Any) -> None:
-    """The document matches its field table in docs/json-output.md (the check tests/test_output_formats.py
-    applies to every other command), and every documented field was printed."""
-    from tests.test_output_formats import load_doc
-
-    section = load_doc()[title]
-    problems, seen = section.check(document)
-    assert not problems, f"{title}: {problems}"
-    assert not section.documented() - seen, f"{title}: documented but never printed: {section.documented() - seen}"
 
 
 def test_start_runs_three_brokers_in_racks_and_prints_the_bootstrap(started: dict[str, Any], cluster_dir: Path,

@@ -50,25 +50,26 @@ DATA_COMMANDS = {
     "users list", "users set", "users delete",
     "diskless describe", "diskless objects", "diskless verify", "diskless gc",
     "runbook validate", "runbook run",
+    "transactions list", "transactions describe", "transactions describe-producers", "transactions abort",
 }
 # Commands with nothing to render as data, and why.
 NOT_DATA = {
     "broker start": "runs the broker in the foreground; its only output is the listening line",
     "completion": "prints a shell script",
 }
-# Data commands whose documents need a PostgreSQL server and a cluster of brokers: their `-o json`
-# documents are checked in that test file, against the same doc sections.
+# Data commands whose documents need a broker of another kind (a PostgreSQL server and a cluster of
+# brokers; an authorizer and SASL users): their `-o json` documents are checked in that test file,
+# against the same doc sections (tests/test_cluster_cli.py assert_documented).
 ELSEWHERE = {
     "cluster start": "tests/test_cluster_cli.py",
     "cluster status": "tests/test_cluster_cli.py",
     "cluster stop": "tests/test_cluster_cli.py",
+    "acls list": "tests/test_acls.py",
+    "acls create": "tests/test_acls.py",
+    "acls delete": "tests/test_acls.py",
 }
 # Documented fields no case can produce against kcli's broker, with the reason.
-NOT_EXERCISED = {
-    ("kcli dump-log", "record:controlType"): "control records need transactions, which kcli's broker refuses",
-    ("kcli dump-log", "record:controlTypeId"): "as controlType",
-    ("kcli dump-log", "record:coordinatorEpoch"): "as controlType",
-}
+NOT_EXERCISED: dict[tuple[str, str], str] = {}
 
 
 # ---- the doc: sections, field tables, types ------------------------------------------------------
@@ -178,6 +179,15 @@ def load_doc(text: str | None = None) -> dict[str, Section]:
                 table[path] = FieldDoc.parse(path, m.group(2).replace("\\|", "|"))
         i += 1
     return sections
+
+
+def assert_documented(title: str, document: Any) -> None:
+    """For the ELSEWHERE commands: the document matches its field table, as test_output_formats checks
+    every other command, and every documented field was printed."""
+    section = load_doc()[title]
+    problems, seen = section.check(document)
+    assert not problems, f"{title}: {problems}"
+    assert not section.documented() - seen, f"{title}: documented but never printed: {section.documented() - seen}"
 
 
 def _parent(path: str) -> str:
@@ -330,6 +340,7 @@ class World:
     files: dict[str, Path] = field(default_factory=dict)
     spares: dict[str, BrokerProcess] = field(default_factory=dict)
     member: Any = None  # LiveMember of group "live"
+    producers: list[Any] = field(default_factory=list)  # transactional producers kept open
 
     def spare(self, name: str) -> Path:
         """The data dir of a broker of its own (started on first use), for `broker stop` to stop."""
@@ -408,6 +419,22 @@ def _build(w: World) -> None:
     txn.write_bytes(struct.pack(">hqqqq", 0, 4000, 10, 12, 10))  # Kafka's AbortedTxn entry
     w.files.update(segment=segment, damaged=damaged, txn=txn,
                    empty_index=w.data / "shrunk-0" / "00000000000000000000.index")
+    # transactions: one committed; one left open on the three partitions of "hanging", one per
+    # format for `transactions abort` (its timeout outlasts the module)
+    ok("topics", "create", "--topic", "txns", "-b", b)
+    ok("topics", "create", "--topic", "hanging", "--partitions", "3", "-b", b)
+    for tid in ("docs-committed", "docs-hanging"):
+        p = Producer({"bootstrap.servers": b, "transactional.id": tid, "transaction.timeout.ms": 900000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        if tid == "docs-committed":
+            p.produce("txns", b"paid", b"k1", partition=0)
+            p.commit_transaction(30)
+        else:
+            for partition in range(3):
+                p.produce("hanging", b"stuck", partition=partition)
+            assert p.flush(30) == 0
+        w.producers.append(p)
     # contexts, users, runbooks
     # consumer groups: offsets only (billing, retired, gone-*) and one with a live member
     from confluent_kafka import Consumer, TopicPartition
@@ -532,6 +559,9 @@ CASES = [
          yaml_refused=True),
     Case("dump-log-checkpoint", "dump-log", "kcli dump-log",
          lambda w, f: ["dump-log", str(w.files["checkpoint"])], yaml_refused=True),
+    Case("dump-log-transaction", "dump-log", "kcli dump-log",  # a transactional batch and its COMMIT marker
+         lambda w, f: ["dump-log", str(w.data / "txns-0" / "00000000000000000000.log"), "--print-data-log"],
+         yaml_refused=True),
     Case("dump-log-wal", "dump-log", "kcli dump-log",
          lambda w, f: ["dump-log", str(w.files["wal"]), str(w.files["wal-gone"]), "--deep-iteration",
                        "--coordinator", w.coordinator], yaml_refused=True),
@@ -608,6 +638,16 @@ CASES = [
          lambda w, f: ["runbook", "run", str(w.files["runbook"]), "--restart", "-b", w.b],
          volatile=("started_at", "duration_ms", "steps[].duration_ms", "steps[].wait.polls",
                    "steps[].wait.waited_ms")),
+    Case("transactions-list", "transactions list", "kcli transactions list",
+         lambda w, f: ["transactions", "list", "-b", w.b]),
+    Case("transactions-describe", "transactions describe", "kcli transactions describe",
+         lambda w, f: ["transactions", "describe", "--transactional-id", "docs-hanging", "-b", w.b]),
+    Case("transactions-describe-producers", "transactions describe-producers", "kcli transactions describe-producers",
+         lambda w, f: ["transactions", "describe-producers", "--topic", "hanging", "--partition", "0", "-b", w.b]),
+    Case("transactions-abort", "transactions abort", "kcli transactions abort",
+         lambda w, f: ["transactions", "abort", "--topic", "hanging", "--partition", str(FORMATS.index(f)),
+                       "--start-offset", "0", "-b", w.b],
+         volatile=("partition",)),  # one partition per format
 ]
 
 SEEN: dict[str, set[str]] = {}

@@ -530,6 +530,141 @@ async def _delete_groups(az: Authz, req: Any, call: Call) -> dict[str, Any] | No
                        error_entry=lambda gid, code: {"group_id": gid, "error_code": code}, response_array="results")
 
 
+# ---- transactions -------------------------------------------------------------------------------
+# KafkaApis: the transactional id is checked first (WRITE; a refusal fails the whole request),
+# then the group and the topics.
+
+NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)  # 55
+UNKNOWN_PARTITION = int(ErrorCode.unknown_topic_or_partition)  # 3
+TOPIC_DENIED_MESSAGE = "Topic authorization failed."  # Kafka's message for TOPIC_AUTHORIZATION_FAILED
+
+
+def _txn_id_denied(az: Authz, tid: str | None) -> bool:
+    return not az.allowed(Op.WRITE, RT.TRANSACTIONAL_ID, tid)
+
+
+@register_gate(24)
+async def _add_partitions_to_txn(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """WRITE on the transactional id (else 53 for every partition) and on each topic. Adding
+    partitions is all or nothing: with any topic refused, nothing is added; the refused partitions
+    get 29, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the rest OPERATION_NOT_ATTEMPTED."""
+    topics = tuple(req.v3_and_below_topics or ())
+    if _txn_id_denied(az, req.v3_and_below_transactional_id):
+        return _add_partitions_answer(topics, lambda _t, _p: TXN_DENIED)
+    if all(az.allowed(Op.WRITE, RT.TOPIC, t.name) for t in topics):
+        return await call(req)
+    b = az.ctx.broker
+
+    def code(topic: str, partition: int) -> int:
+        if not az.allowed(Op.WRITE, RT.TOPIC, topic):
+            return TOPIC_DENIED
+        t = b.topic(topic)
+        return NOT_ATTEMPTED if t is not None and partition in t.partitions else UNKNOWN_PARTITION
+
+    return _add_partitions_answer(topics, code)
+
+
+def _add_partitions_answer(topics: Sequence[Any], code: Callable[[str, int], int]) -> dict[str, Any]:
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": t.name, "results_by_partition": [{"partition_index": int(p), "partition_error_code": code(t.name, int(p))}
+                                                  for p in t.partitions]} for t in topics]}
+
+
+@register_gate(25)
+async def _add_offsets_to_txn(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """WRITE on the transactional id, READ on the group whose offsets join the transaction."""
+    if _txn_id_denied(az, req.transactional_id):
+        return az.error_body(req, TXN_DENIED)
+    if not az.allowed(Op.READ, RT.GROUP, req.group_id):
+        return az.error_body(req, GROUP_DENIED)
+    return await call(req)
+
+
+@register_gate(26)
+async def _end_txn(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    if _txn_id_denied(az, req.transactional_id):
+        return az.error_body(req, TXN_DENIED)
+    return await call(req)
+
+
+@register_gate(28)
+async def _txn_offset_commit(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """WRITE on the transactional id and READ on the group (each refusal answers every
+    partition), then READ on each topic (29 per partition, the others go ahead)."""
+    if _txn_id_denied(az, req.transactional_id):
+        return az.error_body(req, TXN_DENIED)
+    if not az.allowed(Op.READ, RT.GROUP, req.group_id):
+        return az.error_body(req, GROUP_DENIED)
+    return await split(az, req, call, "topics", _topic(az, Op.READ))
+
+
+@register_gate(27)
+async def _write_txn_markers(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """An inter-broker API (and what Admin.abortTransaction sends): CLUSTER_ACTION on the cluster."""
+    if az.cluster(Op.CLUSTER_ACTION):
+        return await call(req)
+    return {"markers": [{"producer_id": int(m.producer_id), "topics": [
+        {"name": t.name, "partitions": [{"partition_index": int(p), "error_code": CLUSTER_DENIED}
+                                        for p in t.partition_indexes]} for t in m.topics]} for m in req.markers]}
+
+
+@register_gate(61)
+async def _describe_producers(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """READ on each topic; a refused topic's partitions answer 29 with Kafka's message."""
+    return await split(az, req, call, "topics", _topic(az, Op.READ), error_entry=lambda t, code: {
+        "name": t.name, "partitions": [{"partition_index": int(p), "error_code": code,
+                                        "error_message": TOPIC_DENIED_MESSAGE, "active_producers": []}
+                                       for p in t.partition_indexes]}, response_array="topics")
+
+
+@register_gate(65)
+async def _describe_transactions(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """DESCRIBE on each transactional id; of a described transaction only the topics the
+    principal may describe are shown."""
+    body = await split(az, req, call, "transactional_ids",
+                       lambda tid: 0 if az.allowed(Op.DESCRIBE, RT.TRANSACTIONAL_ID, tid) else TXN_DENIED,
+                       error_entry=lambda tid, code: {
+                           "error_code": code, "transactional_id": tid, "transaction_state": "",
+                           "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
+                           "producer_epoch": -1, "topics": []},
+                       response_array="transaction_states")
+    for s in (body or {}).get("transaction_states") or []:
+        s["topics"] = [t for t in s.get("topics") or [] if az.allowed(Op.DESCRIBE, RT.TOPIC, t["topic"])]
+    return body
+
+
+@register_gate(66)
+async def _list_transactions(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """Only the transactional ids the principal may describe are listed."""
+    body = await call(req)
+    if body is not None:
+        body["transaction_states"] = [s for s in body.get("transaction_states") or []
+                                      if az.allowed(Op.DESCRIBE, RT.TRANSACTIONAL_ID, s["transactional_id"])]
+    return body
+
+
+# ---- gates for handlers that other modules add -------------------------------------------------
+
+
+@register_gate(23)
+async def _offset_for_leader_epoch(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on each topic (a consumer
+    checking for truncation, KIP-320)."""
+    if az.cluster(Op.CLUSTER_ACTION):
+        return await call(req)
+    return await split(az, req, call, "topics", _topic(az, Op.DESCRIBE), error_entry=lambda t, code: {
+        "topic": t.topic, "partitions": [{"partition": int(p.partition), "error_code": code, "leader_epoch": -1,
+                                          "end_offset": -1} for p in t.partitions]}, response_array="topics")
+
+
+@register_gate(35)
+async def _describe_log_dirs(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """DESCRIBE on the cluster; refused: no log dirs, and CLUSTER_AUTHORIZATION_FAILED (v3+)."""
+    if not az.cluster(Op.DESCRIBE):
+        return {"throttle_time": 0, "error_code": CLUSTER_DENIED, "results": []}
+    return await call(req)
+
+
 def gated_api_keys() -> Sequence[int]:
     """API keys with a check (for the docs' table and the test that every API has one)."""
     return sorted(GATES)

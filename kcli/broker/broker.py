@@ -20,8 +20,9 @@ from typing import Any, Callable
 
 from kcli.broker.broker_config import BrokerConfig
 from kcli.broker.listeners import Endpoint, Listener, advertised_endpoints, check_security
-from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
+from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, format_value, parse_value
 from kcli.broker.metadata_log import (
+    BROKER_RESOURCE,
     PartitionState,
     TopicState,
     partition_record,
@@ -187,10 +188,12 @@ class Broker:
         # the local metadata log, or PostgreSQL with `--cluster URL` (kcli/cluster/).
         self.metadata = open_store(config, self.data_dir)
         self._known: dict[str, tuple[TopicState, set[int], dict[str, str]]] = {}
+        self._known_broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs last applied
         self.logs: dict[tuple[str, int], Any] = {}
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
         self.groups: Any = None
+        self.transactions: Any = None  # kcli/broker/transactions.py
         self.diskless: Any = None
         self.tiered: Any = None
         self.partition_reducer: Any = None
@@ -278,6 +281,7 @@ class Broker:
             self._attach_extensions()
             await self._open_storage()
             self._known = {n: (t, set(t.partitions), dict(t.configs)) for n, t in self.state.topics.items()}
+            self._known_broker_configs = {k: dict(v) for k, v in self.state.broker_configs.items()}
             self.metadata.set_listener(self._metadata_applied)
         except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
             await self.close()
@@ -357,6 +361,10 @@ class Broker:
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
                                        node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
+        from kcli.broker.transactions import TransactionCoordinator
+
+        self.transactions = TransactionCoordinator(self.metadata.transaction_store(self.data_dir), self)
+        await self.transactions.start()
         for hook in self.extensions:
             await hook.start()
 
@@ -387,6 +395,8 @@ class Broker:
         self.notifier.wake_all()
         if self.groups is not None:
             await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.server is not None:
             await self.server.stop()
         for t in self._tasks:
@@ -449,31 +459,54 @@ class Broker:
         return "classic"
 
     def default_topic_configs(self) -> dict[str, Any]:
-        """Each topic config's default, taken from its broker synonym where set."""
+        """Each topic config's default, taken from its broker synonym where set (dynamic or static)."""
         out = {}
         for name, d in TOPIC_CONFIGS.items():
             if d.broker_synonym and d.broker_synonym in self.config.values:
-                out[name] = self.config.get(d.broker_synonym)
+                out[name] = parse_value(BROKER_CONFIGS[d.broker_synonym], self.broker_config_levels(d.broker_synonym)[0][0])
             else:
                 out[name] = d.default
         return out
 
+    def broker_config_levels(self, name: str) -> list[tuple[str | None, str]]:
+        """(value, source) of broker config ``name`` at each level that sets it, the one in effect
+        first (Kafka's order): this broker's dynamic config, the cluster-wide dynamic default,
+        the static config (--config / properties file), the default. Never empty."""
+        out: list[tuple[str | None, str]] = []
+        for resource, source in ((str(self.node_id), "DYNAMIC_BROKER_CONFIG"), ("", "DYNAMIC_DEFAULT_BROKER_CONFIG")):
+            value = self.state.broker_configs.get(resource, {}).get(name)
+            if value is not None:
+                out.append((value, source))
+        if name in self.config.explicit:
+            out.append((self.config.formatted(name), "STATIC_BROKER_CONFIG"))
+        out.append((format_value(BROKER_CONFIGS[name], BROKER_CONFIGS[name].default), "DEFAULT_CONFIG"))
+        return out
+
+    def topic_config_levels(self, t: TopicState, name: str) -> list[tuple[str, str | None, str]]:
+        """(config name, value, source) of topic config ``name`` at each level, the one in effect
+        first: the topic's own override, then its broker synonym's levels (DescribeConfigs synonyms)."""
+        d = TOPIC_CONFIGS[name]
+        out: list[tuple[str, str | None, str]] = []
+        if name in t.configs:
+            out.append((name, t.configs[name], "DYNAMIC_TOPIC_CONFIG"))
+        if d.broker_synonym and d.broker_synonym in BROKER_CONFIGS:
+            levels = self.broker_config_levels(d.broker_synonym)
+            out += [(d.broker_synonym, v, s) for v, s in levels if s != "DEFAULT_CONFIG"]
+        out.append((name, format_value(d, d.default), "DEFAULT_CONFIG"))
+        return out
+
     def effective_topic_configs(self, t: TopicState) -> dict[str, tuple[str | None, str]]:
-        """name → (value, source) with source one of DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG,
-        DEFAULT_CONFIG — what DescribeConfigs reports."""
+        """name → (value, source) with source one of DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG,
+        DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG — what DescribeConfigs reports."""
         out: dict[str, tuple[str | None, str]] = {}
-        for name, d in TOPIC_CONFIGS.items():
-            if name in t.configs:
-                out[name] = (t.configs[name], "DYNAMIC_TOPIC_CONFIG")
-            elif d.broker_synonym and d.broker_synonym in self.config.explicit:
-                out[name] = (format_value(d, self.config.get(d.broker_synonym)), "STATIC_BROKER_CONFIG")
-            else:
-                out[name] = (format_value(d, d.default), "DEFAULT_CONFIG")
+        for name in TOPIC_CONFIGS:
+            _, value, source = self.topic_config_levels(t, name)[0]
+            out[name] = (value, source)
         return out
 
     def topic_config_value(self, t: TopicState, name: str) -> Any:
         d = TOPIC_CONFIGS[name]
-        raw = self.effective_topic_configs(t)[name][0]
+        raw = self.topic_config_levels(t, name)[0][1]  # only this config's levels: produce asks per request
         return parse_value(d, raw)
 
     def validate_topic_configs(self, configs: dict[str, str | None], *, creating: bool, topic: TopicState | None = None) -> dict[str, str]:
@@ -512,7 +545,7 @@ class Broker:
         old = topic.configs if topic is not None else {}
         policy = out.get("cleanup.policy", old.get("cleanup.policy"))
         if policy is None:
-            policy = format_value(TOPIC_CONFIGS["cleanup.policy"], self.config.get("log.cleanup.policy")) or ""
+            policy = self.broker_config_levels("log.cleanup.policy")[0][0] or ""
         if "compact" not in policy.split(","):
             return
         if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
@@ -701,6 +734,72 @@ class Broker:
             extra += hook.config_change_records(t, old, new_configs)
         self.metadata.append(recs + extra)  # logs and features hear of it in _metadata_applied
 
+    def alter_broker_configs(self, resource_name: str, changes: dict[str, str | None], *, incremental: bool,
+                             validate_only: bool = False) -> None:
+        """Dynamic broker configs (resource name "" = cluster-wide default, else this broker's id):
+        validated, then written as ConfigRecords of resource type BROKER; ``None`` deletes.
+        AlterConfigs (not incremental) replaces the resource's whole dynamic set, as in Kafka."""
+        if resource_name not in ("", str(self.node_id)):
+            raise BrokerError(INVALID_REQUEST, f"Unexpected broker id, expected {self.node_id} or empty string, "
+                                               f"but received {resource_name}")
+        label = f"ConfigResource(type=BROKER, name='{resource_name}')"
+        unknown = sorted(k for k in changes if k not in BROKER_CONFIGS)
+        if unknown:
+            raise BrokerError(INVALID_CONFIG, f"Unknown broker config name: {unknown[0]}")
+        static = sorted(k for k in changes if k not in DYNAMIC_BROKER_CONFIGS)
+        if static:  # Kafka's DynamicBrokerConfig, as its admin manager answers it
+            raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: "
+                                               f"Cannot update these configs dynamically: Set({', '.join(static)})")
+        clean: dict[str, str | None] = {}
+        for k, raw in changes.items():
+            if raw is None:
+                clean[k] = None
+                continue
+            try:
+                clean[k] = format_value(BROKER_CONFIGS[k], parse_value(BROKER_CONFIGS[k], raw))
+            except ConfigError as err:
+                raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: {err}") from None
+        old = dict(self.state.broker_configs.get(resource_name, {}))
+        new = dict(old) if incremental else {}
+        for k, v in clean.items():
+            if v is None:
+                new.pop(k, None)
+            else:
+                new[k] = v
+        self._check_broker_defaults(resource_name, new, label)
+        if validate_only:
+            return
+        self.metadata.append([record("ConfigRecord", resourceType=BROKER_RESOURCE, resourceName=resource_name,
+                                     name=k, value=new.get(k))
+                              for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)])
+
+    def _check_broker_defaults(self, resource_name: str, new: dict[str, str], label: str) -> None:
+        """The checks Kafka's DynamicLogConfig makes of a new set (local retention within total
+        retention), and kcli's rule that compaction is for classic topics: a compact default
+        must not reach a diskless or tiered topic that has no cleanup.policy of its own."""
+        own = new if resource_name == str(self.node_id) else self.state.broker_configs.get(str(self.node_id), {})
+        default = new if resource_name == "" else self.state.broker_configs.get("", {})
+
+        def after(name: str) -> str:
+            for level in (own, default):
+                if name in level:
+                    return level[name]
+            return self.config.formatted(name) or ""
+
+        for local, total in (("log.local.retention.ms", "log.retention.ms"), ("log.local.retention.bytes", "log.retention.bytes")):
+            lv, tv = int(after(local)), int(after(total))
+            if tv != -1 and lv != -2 and (lv == -1 or lv > tv):
+                why = f"Value must not be -1 as {total} value is set as {tv}." if lv == -1 else \
+                    f"Value must not be more than {total} property value: {tv}"
+                raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: "
+                                                   f"Invalid value {lv} for configuration {local}: {why}")
+        if "compact" in after("log.cleanup.policy").split(","):
+            for t in self.state.topics.values():
+                if "cleanup.policy" not in t.configs and self.topic_kind(t) != "classic":
+                    raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: log.cleanup.policy=compact "
+                                                       f"would reach {self.topic_kind(t)} topic {t.name}, which has no "
+                                                       "cleanup.policy of its own (kcli compacts classic topics only)")
+
     def _metadata_applied(self, records: list[dict[str, Any]]) -> None:
         """The one path for acting on applied metadata records, whether this broker appended them
         or learned them from the cluster store: open the logs (or diskless partitions) of new
@@ -708,6 +807,8 @@ class Broker:
         It compares the state with what it saw last, so a batch from any source is handled alike;
         a failure for one topic is raised after the others were handled."""
         first_error: BaseException | None = None
+        broker_changed = self._known_broker_configs != self.state.broker_configs
+        self._known_broker_configs = {k: dict(v) for k, v in self.state.broker_configs.items()}
         for name, (old_t, _parts, _cfg) in list(self._known.items()):
             if self.state.topics.get(name) is not old_t:
                 del self._known[name]
@@ -731,6 +832,11 @@ class Broker:
                         self.diskless.create_partitions(t, range(min(new_parts), max(new_parts) + 1))
                     else:
                         log.error("diskless topic %s: diskless.system.enable is off on this broker", name)
+                if old_cfg is not None and old_cfg == t.configs and broker_changed:
+                    # a dynamic broker default changed: effective at once where the topic has no override
+                    for (topic, p), lg in self.logs.items():
+                        if topic == name:
+                            lg.update_config(self.log_config(t))
                 if old_cfg is not None and old_cfg != t.configs:
                     for (topic, p), lg in self.logs.items():
                         if topic == name:
@@ -788,14 +894,16 @@ class Broker:
             out.update(hook.topic_state(t))
         return out
 
-    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool) -> Any:
-        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``."""
+    async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool,
+                             upper_bound: int | None = None) -> Any:
+        """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``.
+        ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads."""
         if self.is_diskless(t):
             return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
         lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
             return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)
-        return lg.read(offset, max_bytes, min_one_batch=min_one)
+        return lg.read(offset, max_bytes, min_one_batch=min_one, upper_bound=upper_bound)
 
     def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
         """(high watermark, log start offset)."""
@@ -822,8 +930,10 @@ class Broker:
             if self.tiered is not None:
                 return self.tiered.latest_tiered_offset(t, partition), -1
             return -1, -1
-        if timestamp == -3:
-            found = lg.max_timestamp_offset() if hasattr(lg, "max_timestamp_offset") else None
+        if timestamp == -3:  # KIP-734: the record with the largest timestamp, remote data included
+            found = lg.offset_for_timestamp(timestamp)
+            if self.tiered is not None and self.tiered.has_remote(t, partition):
+                found = await self.tiered.max_timestamp_offset(t, partition, found)
             return found if found is not None else (-1, -1)
         if self.tiered is not None and self.tiered.has_remote(t, partition):
             found = await self.tiered.offset_for_timestamp(t, partition, timestamp)

@@ -228,6 +228,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, "", at_least(0)),
     ConfigDef("offsets.retention.minutes", "int", 10080, "", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
+    # Transactions (KIP-98)
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              "How often transactions past their timeout are aborted.", at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000,
+              "How long an idle transactional id is kept after its last transaction.", at_least(1)),
     # KIP-405
     ConfigDef("remote.log.storage.system.enable", "boolean", False, "Enable tiered storage on this broker."),
     ConfigDef("remote.log.storage.manager.class.name", "string", "plugins.rsm.object_store.ObjectStoreRemoteStorageManager",
@@ -282,3 +288,11 @@ def validate_topic_config(name: str, value: Any) -> Any:
     if d is None:
         raise ConfigError(f"Unknown topic config name: {name}")
     return parse_value(d, value)
+
+
+# Broker configs that IncrementalAlterConfigs/AlterConfigs may change at run time (Kafka's
+# DynamicBrokerConfig, its DynamicLogConfig part): the broker-side defaults of topic configs. Every
+# other broker config is read-only ("Cannot update these configs dynamically"), num.partitions too.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym and d.broker_synonym in BROKER_CONFIGS
+)

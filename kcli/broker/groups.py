@@ -1480,6 +1480,26 @@ class GroupCoordinator:
                 self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
         return result
 
+    async def commit_transactional_offsets(self, group_id: str,
+                                           offsets: dict[tuple[str, int], tuple[int, int, str]]) -> None:
+        """Store the offsets a committed transaction carried (TxnOffsetCommit, then EndTxn);
+        the membership was checked when TxnOffsetCommit arrived. Raises OffsetStoreError."""
+        now = _now_ms()
+        await self.store.append([_commit_record(group_id, t, p, OffsetAndMetadata(o, e, m, now))
+                                 for (t, p), (o, e, m) in offsets.items()])
+        if group_id not in self.groups and self.store.has_offsets(group_id):
+            self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
+
+    def check_txn_offset_commit(self, group_id: str, generation_id: int, member_id: str,
+                                group_instance_id: str | None) -> int:
+        """TxnOffsetCommit's membership check (0 when the commit may be kept)."""
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+        return self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+
     @staticmethod
     def _validate_offset_commit(group: Group, generation_id: int, member_id: str,
                                 group_instance_id: str | None) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kcli.broker.acl import AclBinding, check_acl_record
-from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
+from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
 from kcli.broker.scram import ScramCredential, check_credential_record
 from kcli.crcjson import decode_line, encode_line
 from kcli.protocol.errors import BrokerError
@@ -46,6 +46,7 @@ class InvalidRecordError(BrokerError):
 
 
 INVALID_CONFIG = 40
+INVALID_REQUEST = 42
 UNKNOWN_SERVER_ERROR = -1
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -124,6 +125,12 @@ def _check_config(d: dict[str, Any]) -> None:
     cd = defs.get(d["name"])
     if cd is None:
         raise InvalidRecordError(INVALID_CONFIG, f"Unknown {'topic' if defs is TOPIC_CONFIGS else 'broker'} config name: {d['name']}")
+    if defs is BROKER_CONFIGS:
+        # resource name "" is the cluster-wide default, else a broker's node id (Kafka's BROKER resource)
+        if d["resourceName"] and not d["resourceName"].isdigit():
+            raise InvalidRecordError(INVALID_REQUEST, f"Unable to parse broker name {d['resourceName']!r} as a base 10 number.")
+        if d["name"] not in DYNAMIC_BROKER_CONFIGS:
+            raise InvalidRecordError(INVALID_REQUEST, f"Cannot update these configs dynamically: Set({d['name']})")
     if value is None:
         return
     try:
@@ -162,7 +169,9 @@ class TopicState:
 class ClusterState:
     cluster_id: str = ""
     topics: dict[str, TopicState] = field(default_factory=dict)
-    broker_configs: dict[str, str] = field(default_factory=dict)
+    # Dynamic broker configs (ConfigRecords of resource type BROKER): resource name ("" = the
+    # cluster-wide default, else a node id) -> config name -> value
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     next_producer_id: int = 1000
     # SCRAM credentials: user name -> mechanism type (1 SHA-256, 2 SHA-512) -> credential
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
@@ -219,12 +228,14 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
             t = state.topics.get(d["resourceName"])
             target = t.configs if t is not None else None
         else:
-            target = state.broker_configs
+            target = state.broker_configs.setdefault(d["resourceName"], {})
         if target is not None:
             if d["value"] is None:
                 target.pop(d["name"], None)
             else:
                 target[d["name"]] = d["value"]
+        if d["resourceType"] == BROKER_RESOURCE and not state.broker_configs.get(d["resourceName"], True):
+            del state.broker_configs[d["resourceName"]]
     elif kind == "TopicTieredStateRecord":
         t = state.topic_by_id(uuid.UUID(d["topicId"]))
         if t is not None:

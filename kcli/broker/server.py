@@ -251,14 +251,12 @@ class KafkaServer:
     def _prepare(self, frame: bytes, conn: ConnectionState) -> Any:
         header, pos = codec.read_header(frame)
         h = HANDLERS.get(header.api_key)
-        if h is None:
-            raise ProtocolError(f"unknown API key {header.api_key}")
-        if not h.min_version <= header.api_version <= h.max_version:
+        if h is None or not h.min_version <= header.api_version <= h.max_version:
             if header.api_key == API_VERSIONS_KEY:
                 return self._unsupported_api_versions(header)
-            raise ProtocolError(
-                f"{h.name} v{header.api_version} is not supported (versions {h.min_version}-{h.max_version})"
-            )
+            if not conn.authenticated and header.api_key not in PRE_AUTH_APIS:
+                raise ProtocolError(f"API key {header.api_key} before SASL authentication")
+            return self._unsupported(frame, header, pos, h)
         if not conn.authenticated and header.api_key not in PRE_AUTH_APIS:
             raise ProtocolError(f"{h.name} before SASL authentication")
         request = codec.decode_request(frame, header, pos)
@@ -307,6 +305,31 @@ class KafkaServer:
         if body is None:
             return None
         return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+    def _unsupported(self, frame: bytes, header: codec.RequestHeader, pos: int, h: Any) -> Any:
+        """A Kafka API, or a version of one, that this broker does not serve (ApiVersions does not
+        list it): answered with UNSUPPORTED_VERSION in that API's own response, so the client
+        reports the error and the connection stays usable. Only a request that is no Kafka API
+        version kio knows (nothing to answer with) closes the connection, as in Kafka."""
+        what = f"{h.name} v{header.api_version}" if h is not None else f"API key {header.api_key} v{header.api_version}"
+        message = f"{what} is not supported by this broker" + (
+            f" (versions {h.min_version}-{h.max_version})" if h is not None else "")
+        try:
+            request = codec.decode_request(frame, header, pos)
+            if header.api_key == PRODUCE_KEY and int(getattr(request, "acks", -1)) == 0:
+                data = None  # an acks=0 producer reads no response
+            else:
+                body = codec.error_response_body(header.api_key, header.api_version, request, UNSUPPORTED_VERSION, message)
+                data = codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        except ProtocolError:
+            raise
+        except Exception as err:  # kio has no schema for it: not a Kafka API we can answer
+            raise ProtocolError(f"{message}: {err}") from None
+
+        async def answer() -> bytes | None:
+            return data
+
+        return answer()
 
     async def _unsupported_api_versions(self, header: codec.RequestHeader) -> bytes:
         # Kafka answers a too-new ApiVersions with a v0 body so the client can downgrade.

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",
     "kcli.cli.acls_cmd",
+    "kcli.cli.transactions_cmd",
     "kcli.cli.dumplog",
     "kcli.cli.diskless_cmd",
     "kcli.cli.runbook_cmd",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kcli.broker.groups import OffsetStore
+from kcli.broker.transactions import TransactionLog
 from kcli.broker.metadata_log import ClusterState, MetadataLog
 from kcli.cluster.state import BrokerRegistration, RecordsListener, endpoints_of
 from kcli.tiered.metadata import RemoteLogMetadataStore
@@ -70,6 +71,9 @@ class LocalClusterStore:
 
     def offset_store(self, data_dir: Path) -> OffsetStore:
         return OffsetStore(Path(data_dir) / "__consumer_offsets")
+
+    def transaction_store(self, data_dir: Path) -> TransactionLog:
+        return TransactionLog(Path(data_dir) / "__transaction_state")
 
     def remote_log_metadata(self, data_dir: Path) -> RemoteLogMetadataStore:
         return RemoteLogMetadataStore(Path(data_dir))  # <data_dir>/__remote_log_metadata, as always

@@ -414,6 +414,13 @@ class PostgresClusterStore:
         return PostgresOffsetStore(self.url, self.node_id, label=redact(self.url), connect_kwargs=self._kwargs("offsets"),
                                    timeout_s=self.settings.connect_timeout_s)
 
+    def transaction_store(self, data_dir: Path) -> Any:
+        """The transaction state log in this broker's data dir: transactions are coordinated by
+        the broker that holds their partitions (docs/transactions.md lists the cluster limits)."""
+        from kcli.broker.transactions import TransactionLog
+
+        return TransactionLog(Path(data_dir) / "__transaction_state")
+
     def remote_log_metadata(self, data_dir: Path) -> PgRemoteLogMetadataStore:
         """Remote segment metadata in this database, over this store's pool; ``data_dir`` holds none."""
         return PgRemoteLogMetadataStore(self._conn)

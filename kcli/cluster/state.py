@@ -16,6 +16,7 @@ from kcli.broker.metadata_log import ClusterState
 
 if TYPE_CHECKING:
     from kcli.broker.groups import CommittedOffsetStore
+    from kcli.broker.transactions import TransactionLog
     from kcli.tiered.metadata import RemoteLogMetadata
 
 # Called with records after they were applied to the state, whether this broker appended them or
@@ -134,6 +135,10 @@ class ClusterStateStore(Protocol):
         """Where the group coordinator keeps committed offsets (not opened yet): the data dir's
         offsets log on one broker, the shared database in a cluster, so that no commit is lost
         with a broker's disk (:class:`kcli.broker.groups.CommittedOffsetStore`)."""
+
+    def transaction_store(self, data_dir: Path) -> TransactionLog:
+        """Where the transaction coordinator keeps its state (not opened yet): the transaction
+        state log in the data dir (:class:`kcli.broker.transactions.TransactionLog`)."""
 
     def remote_log_metadata(self, data_dir: Path) -> RemoteLogMetadata:
         """The remote log segment metadata of tiered topics (the RLMM; not opened yet): the data

@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -133,6 +134,9 @@ class TopicDescription:
     all_configs: dict[str, str | None] = field(default_factory=dict, repr=False)
     tiered_state: str | None = None  # KIP-950, from kcli's broker (DescribeConfigs kcli.tiered.state)
     tiered_epoch: int | None = None
+    # where each of ``configs`` comes from: DYNAMIC_TOPIC_CONFIG (the topic's own), or the broker's
+    # DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG / STATIC_BROKER_CONFIG (DescribeConfigs source)
+    config_sources: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +146,7 @@ class TopicDescription:
             "partition_count": self.partition_count,
             "replication_factor": self.replication_factor,
             "configs": dict(self.configs),
+            "config_sources": dict(self.config_sources),
             "partitions": [p.to_dict() for p in self.partitions],
             "internal": self.internal,
             **({"tiered_state": self.tiered_state, "tiered_epoch": self.tiered_epoch}
@@ -385,6 +390,7 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
             all_configs=all_configs,
             tiered_state=all_configs.get("kcli.tiered.state"),
             tiered_epoch=int(all_configs["kcli.tiered.epoch"]) if all_configs.get("kcli.tiered.epoch") else None,
+            config_sources={k: _source_name(entries[k].source) for k in overrides},
         ))
     return result
 
@@ -421,6 +427,14 @@ def _local_log_starts(conn: Connection, partitions: list[tuple[str, Any]]) -> di
                 if not p.error_code and p.offset >= 0:
                     out[(t.name, int(p.partition_index))] = int(p.offset)
     return out
+
+
+def _source_name(source: Any) -> str:
+    """confluent-kafka's ConfigSource (or its int) as Kafka names it."""
+    try:
+        return ConfigSource(int(getattr(source, "value", source))).name
+    except (TypeError, ValueError):
+        return str(source)
 
 
 def _parse_dirty_ratios(value: str | None) -> dict[int, float]:

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 import uuid
@@ -63,11 +64,14 @@ from kcli.storage.errors import (
 from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
 from kcli.storage.log_config import LogConfig
 from kcli.storage.producer_state import ProducerStateManager
+from kcli.storage.txn_state import AbortedTxn, PartitionTxnState
+from kcli.records.control import COMMIT, control_type
 from kcli.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     Placement,
     Segment,
     SegmentInfo,
@@ -172,6 +176,9 @@ class PartitionLog:
         self._persisted_log_start: int | None = None
         self._leo = 0
         self._producers = ProducerStateManager()
+        self._txns = PartitionTxnState()
+        self._replaying: Segment | None = None  # the segment whose headers _load replays
+        self._replayed_aborts: dict[int, list[AbortedTxn]] = {}  # per segment base, for .txnindex
         self._lock = threading.RLock()
         self._unflushed: dict[int, Segment] = {}
         self._dir_dirty = False
@@ -233,9 +240,11 @@ class PartitionLog:
                 )
             is_last = i == len(bases) - 1
             end_offset = bases[i + 1] if not is_last else (recovery_point if recovery_point > base else -1)
+            self._replaying = seg
             result = seg.recover(
                 verify_from=verify_from, end_offset=end_offset, on_batch=replay, now_ms=now_ms, allow_gaps=not is_last
             )
+            self._replaying = None
             self._segments.append(seg)
             self._bases.append(base)
             damaged_last = is_last and result.damaged_at >= 0
@@ -268,11 +277,14 @@ class PartitionLog:
                 seg.close()
                 self._move_segment_aside(seg.base_offset, now_ms, f"the log start {persisted_start} is past its end")
             self._producers.clear()
+            self._txns.clear()
             self._add_segment(persisted_start, now_ms)
             self._leo = persisted_start
             self._log_start = persisted_start
         else:
             self._log_start = persisted_start
+        self._txns.truncate_before(self._log_start)
+        self._sync_txn_indexes()
         # Segments wholly below the log start (a crash between checkpoint and delete).
         self._delete_prefix(self._below_log_start(), now_ms, reason="below log start")
         for seg in self._segments[:-1]:
@@ -281,6 +293,29 @@ class PartitionLog:
         if clean_shutdown:
             self._recovery_point = self._leo
         self._persisted_recovery_point = self._recovery_point
+
+    def _sync_txn_indexes(self) -> None:
+        """Make each segment's ``.txnindex`` hold exactly the aborted transactions the replay
+        found in it (Kafka rebuilds them in recovery too): the log is the truth, the index a
+        copy for tools, so a stale, torn or orphaned one is rewritten or removed."""
+        found, self._replayed_aborts = self._replayed_aborts, {}
+        live = {seg.base_offset for seg in self._segments}
+        for path in self.dir.glob("*" + TXNINDEX_SUFFIX):
+            stem = path.name[: -len(TXNINDEX_SUFFIX)]
+            if not (stem.isdigit() and int(stem) in live):
+                path.unlink(missing_ok=True)
+        for seg in self._segments:
+            want = b"".join(_txn_entry(a) for a in found.get(seg.base_offset, []))
+            try:
+                have = seg.txnindex_path.read_bytes()
+            except FileNotFoundError:
+                have = None
+            if have == want or (have is None and not want):
+                continue
+            if want:
+                _atomic_write(seg.txnindex_path, want)
+            else:
+                seg.txnindex_path.unlink(missing_ok=True)
 
     def _move_segment_aside(self, base: int, now_ms: int, why: str) -> None:
         """Rename ``<base>.log`` to ``<base>.log.truncated-<ms>`` (one WARNING) and delete
@@ -349,7 +384,14 @@ class PartitionLog:
             return
         if h.is_control:
             self._producers.replay_marker(h.producer_id, h.producer_epoch, h.max_timestamp)
+            seg = self._replaying
+            kind = control_type(os.pread(seg.fd, min(h.size, 128), h.position)) if seg is not None else -1
+            if kind >= 0:
+                aborted = self._txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset, h.base_offset)
+                if aborted is not None and seg is not None:
+                    self._replayed_aborts.setdefault(seg.base_offset, []).append(aborted)
         else:
+            self._txns.on_data(h.producer_id, h.base_offset, h.is_transactional)
             self._producers.replay(
                 h.producer_id,
                 h.producer_epoch,
@@ -390,6 +432,23 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._leo
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark: where a
+        read_committed fetch stops."""
+        with self._lock:
+            return self._txns.last_stable_offset(self._leo)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets ``start..end-1`` (for read_committed fetches)."""
+        with self._lock:
+            return self._txns.aborted_between(start, end)
+
+    def open_transactions(self) -> dict[int, int]:
+        """``{producer id: first offset}`` of the transactions open in this partition."""
+        with self._lock:
+            return dict(self._txns.ongoing)
 
     @property
     def recovery_point(self) -> int:
@@ -492,9 +551,11 @@ class PartitionLog:
                 raise RecordValidationError(INVALID_RECORD, record_errors)
 
             update = self._producers.begin(validate=client)
+            markers: list[tuple[int, bool, int]] = []
             for h, first, last, ts in producer_batches:
                 if h.is_control:
                     update.append_marker(h.producer_id, h.producer_epoch, ts)
+                    markers.append((h.producer_id, control_type(buf, h.position) == COMMIT, first))
                     continue
                 duplicate = update.append(
                     h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, first, last, ts
@@ -515,6 +576,13 @@ class PartitionLog:
             self._unflushed[seg.base_offset] = seg
             update.commit()
             base_offset = self._leo
+            for h, first, _last, _ts in producer_batches:
+                if not h.is_control:
+                    self._txns.on_data(h.producer_id, first, h.is_transactional)
+            for pid, commit, offset in markers:
+                aborted = self._txns.on_marker(pid, commit, offset, base_offset)
+                if aborted is not None:
+                    _append_txn_entry(seg.txnindex_path, aborted)
             self._leo = next_offset
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
 
@@ -838,6 +906,7 @@ class PartitionLog:
     def _set_log_start(self, offset: int) -> None:
         _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)
         self._log_start = self._persisted_log_start = offset
+        self._txns.truncate_before(offset)
 
     # ======================================================================================
     # durability and lifecycle
@@ -954,6 +1023,19 @@ def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
             raise LogError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
     elif h.is_transactional:
         raise LogError(INVALID_RECORD, "transactional batch without a producer id")
+
+
+_TXN_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producerId, first, last, lastStable
+
+
+def _txn_entry(a: AbortedTxn) -> bytes:
+    return _TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+
+
+def _append_txn_entry(path: Path, a: AbortedTxn) -> None:
+    """Add one entry to a segment's .txnindex; not fsynced (rebuilt from the log on open)."""
+    with open(path, "ab") as f:
+        f.write(_txn_entry(a))
 
 
 def _now_ms() -> int:

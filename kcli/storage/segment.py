@@ -48,6 +48,7 @@ from kcli.storage.log_config import LogConfig
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+TXNINDEX_SUFFIX = ".txnindex"  # aborted transactions whose ABORT marker is in the segment (kcli/storage/log.py)
 CLEANED_SUFFIX = ".cleaned"  # ``<base>.log.cleaned``: the log cleaner's output being written
 SWAP_SUFFIX = ".swap"  # ``<base>.log.swap``: a complete cleaned segment being swapped in
 _SCAN_BLOCK = 8192  # bytes read per pread while walking batch headers
@@ -102,6 +103,7 @@ class Segment:
         self.log_path = directory / (stem + LOG_SUFFIX)
         self.index_path = directory / (stem + INDEX_SUFFIX)
         self.timeindex_path = directory / (stem + TIMEINDEX_SUFFIX)
+        self.txnindex_path = directory / (stem + TXNINDEX_SUFFIX)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (os.O_EXCL if create else 0)
         try:
             self.fd = os.open(self.log_path, flags, 0o644)
@@ -503,7 +505,7 @@ class Segment:
         """Close and remove the files; indexes first so a crash midway leaves a log file
         whose indexes are simply rebuilt."""
         self.close()
-        for path in (self.index_path, self.timeindex_path, self.log_path):
+        for path in (self.txnindex_path, self.index_path, self.timeindex_path, self.log_path):
             try:
                 path.unlink()
             except FileNotFoundError:

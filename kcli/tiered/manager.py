@@ -611,6 +611,25 @@ class RemoteLogManager(BrokerExtension):
             return b"", offset
         return cursor.slice(first, end), next_offset
 
+    async def max_timestamp_offset(self, t: "TopicState", partition: int, local: tuple[int, int] | None) -> tuple[int, int] | None:
+        """ListOffsets -3 (KIP-734) over remote and local data: the first record holding the
+        largest timestamp. ``local`` is the local log's answer; a remote segment below the local
+        log start whose max timestamp reaches it holds an earlier (or a larger) one."""
+        lg = self.broker.get_log(t.name, partition)
+        if lg is None:
+            return local
+        start = lg.log_start_offset
+        best: RemoteLogSegmentMetadata | None = None
+        for md in self.metadata.segments(t.topic_id, partition):
+            if md.end_offset < start or md.start_offset >= lg.local_log_start_offset or md.max_timestamp_ms < 0:
+                continue
+            if best is None or md.max_timestamp_ms > best.max_timestamp_ms:
+                best = md  # the earliest segment of the largest timestamp
+        if best is None or (local is not None and best.max_timestamp_ms < local[1]):
+            return local
+        found = await self._rsm_call(self._find_timestamp, best, best.max_timestamp_ms, start)
+        return found if found is not None and found[1] == best.max_timestamp_ms else local
+
     async def offset_for_timestamp(self, t: "TopicState", partition: int, timestamp: int) -> tuple[int, int] | None:
         """First remote record with timestamp >= ``timestamp`` at or after the log start."""
         lg = self.broker.get_log(t.name, partition)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcli.broker import audit
-from kcli.broker.configs import BROKER_CONFIGS, TOPIC_CONFIGS
+from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.errors import BrokerError
 
@@ -23,7 +23,8 @@ TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
 
-SOURCE_CODES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+SOURCE_CODES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5,
+                "DYNAMIC_DEFAULT_BROKER_CONFIG": 3}
 TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8, "password": 9}
 
 
@@ -136,11 +137,16 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 def _config_entry(name: str, value: str | None, source: str, type_: str, doc: str, include_docs: bool,
-                  include_synonyms: bool, read_only: bool = False, sensitive: bool = False) -> dict[str, Any]:
+                  include_synonyms: bool, read_only: bool = False, sensitive: bool = False,
+                  synonyms: list[tuple[str, str | None, str]] | None = None) -> dict[str, Any]:
+    """One DescribeConfigs entry; ``synonyms`` are (name, value, source) from the level in effect
+    down to the default (Kafka lists each level that sets the config)."""
     code = SOURCE_CODES[source]
+    levels = synonyms if synonyms is not None else [(name, value, source)]
     return {"name": name, "value": None if sensitive else value, "read_only": read_only, "config_source": code,
             "is_sensitive": sensitive,
-            "synonyms": [{"name": name, "value": value, "source": code}] if include_synonyms else [],
+            "synonyms": [{"name": n, "value": None if sensitive else v, "source": SOURCE_CODES[src]}
+                         for n, v, src in levels] if include_synonyms else [],
             "config_type": TYPE_CODES.get(type_, 0), "documentation": doc if include_docs else None}
 
 
@@ -162,7 +168,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 for name, (value, source) in sorted(b.effective_topic_configs(t).items()):
                     if keys is None or name in keys:
                         d = TOPIC_CONFIGS[name]
-                        entry["configs"].append(_config_entry(name, value, source, d.type, d.doc, include_docs, include_synonyms))
+                        entry["configs"].append(_config_entry(name, value, source, d.type, d.doc, include_docs, include_synonyms,
+                                                              synonyms=b.topic_config_levels(t, name)))
                 for name, value in sorted(b.extension_topic_state(t).items()):
                     if keys is None or name in keys:
                         entry["configs"].append(_config_entry(name, value, "DYNAMIC_TOPIC_CONFIG", "string",
@@ -170,12 +177,21 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(b.node_id)):
                 entry.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id, expected {b.node_id} or empty string, but received {r.resource_name}")
+            elif r.resource_name == "":
+                # Kafka's default broker resource holds only the cluster-wide dynamic defaults
+                for name, value in sorted(b.state.broker_configs.get("", {}).items()):
+                    if (keys is None or name in keys) and name in BROKER_CONFIGS:
+                        d = BROKER_CONFIGS[name]
+                        entry["configs"].append(_config_entry(name, value, "DYNAMIC_DEFAULT_BROKER_CONFIG", d.type, d.doc,
+                                                              include_docs, include_synonyms, sensitive=d.sensitive))
             else:
                 for name, d in sorted(BROKER_CONFIGS.items()):
                     if keys is None or name in keys:
-                        source = "STATIC_BROKER_CONFIG" if name in b.config.explicit else "DEFAULT_CONFIG"
-                        entry["configs"].append(_config_entry(name, b.config.formatted(name), source, d.type, d.doc,
-                                                              include_docs, include_synonyms, read_only=True, sensitive=d.sensitive))
+                        levels = b.broker_config_levels(name)
+                        value, source = levels[0]
+                        entry["configs"].append(_config_entry(name, value, source, d.type, d.doc, include_docs, include_synonyms,
+                                                              read_only=name not in DYNAMIC_BROKER_CONFIGS, sensitive=d.sensitive,
+                                                              synonyms=[(name, v, src) for v, src in levels]))
         elif r.resource_type == BROKER_LOGGER:
             entry["configs"] = []
         else:
@@ -194,7 +210,11 @@ def _alter_one(ctx: RequestContext, resource_type: int, name: str, changes: dict
                 audit.changed(ctx, "topic.configs.altered", f"{'Incrementally altered' if incremental else 'Altered'} "
                               f"configs of topic {name}: {audit.format_configs(changes)}", name, configs=changes)
         elif resource_type == BROKER:
-            raise BrokerError(INVALID_CONFIG, "broker configs are static in kcli's broker; set them with kcli broker start --config")
+            ctx.broker.alter_broker_configs(name, changes, incremental=incremental, validate_only=validate_only)
+            if not validate_only:
+                audit.changed(ctx, "broker.configs.altered", f"{'Incrementally altered' if incremental else 'Altered'} "
+                              f"dynamic configs of broker {name or '<default>'}: {audit.format_configs(changes)}",
+                              "", broker=name, configs=changes)
         else:
             raise BrokerError(INVALID_REQUEST, f"Unsupported resource type {resource_type}")
     except BrokerError as err:
@@ -231,13 +251,16 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
             elif op == 1:
                 changes[c.name] = None
             elif op in (2, 3):
-                d = TOPIC_CONFIGS.get(c.name)
+                d = (BROKER_CONFIGS if r.resource_type == BROKER else TOPIC_CONFIGS).get(c.name)
                 if d is None or d.type != "list":
                     error = BrokerError(INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
                     break
                 # Kafka's ConfigAdminManager starts from the value in effect (the topic's own,
                 # else the broker's, else the default), not from an unset topic value.
-                current = (b.effective_topic_configs(t)[c.name][0] if t is not None else None) or ""
+                if r.resource_type == BROKER:
+                    current = b.broker_config_levels(c.name)[0][0] or ""
+                else:
+                    current = (b.effective_topic_configs(t)[c.name][0] if t is not None else None) or ""
                 items = [x for x in current.split(",") if x]
                 vals = [x for x in (c.value or "").split(",") if x]
                 items = items + [v for v in vals if v not in items] if op == 2 else [x for x in items if x not in vals]
@@ -257,7 +280,9 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
 async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     if req.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": 53, "producer_id": -1, "producer_epoch": -1}
+        from kcli.broker.handlers.transactions import init_transactional_producer
+
+        return await init_transactional_producer(ctx, req)
     existing = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     if existing >= 0 and epoch >= 0 and epoch < 32766:

@@ -17,6 +17,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_ID = 100
 KAFKA_STORAGE_ERROR = 56
+READ_COMMITTED = 1
 
 
 def _partition_error(index: int, code: int) -> dict[str, Any]:
@@ -37,6 +38,27 @@ def _preferred_replica(ctx: RequestContext, req: Any, t: Any, idx: int) -> int:
     return preferred if preferred != b.node_id else -1
 
 
+def _lso(b: Any, t: Any, idx: int) -> int | None:
+    """The last stable offset of a classic partition hosted here (None otherwise)."""
+    lg = b.logs.get((t.name, idx)) if not b.is_diskless(t) else None
+    return lg.last_stable_offset if lg is not None else None
+
+
+def _transactions(b: Any, t: Any, idx: int, res: Any, offset: int,
+                  read_committed: bool) -> tuple[int, list[dict[str, int]] | None]:
+    """(last stable offset, aborted transactions of the returned range) for a partition answer:
+    read_committed fetches get the aborted list (Kafka sends null for read_uncommitted)."""
+    lg = b.logs.get((t.name, idx)) if not b.is_diskless(t) else None
+    if lg is None:
+        return res.high_watermark, None
+    lso = lg.last_stable_offset
+    if not read_committed:
+        return lso, None
+    end = getattr(res, "next_offset", offset)
+    return lso, [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                 for a in lg.aborted_transactions(offset, end)]
+
+
 async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
     b = ctx.broker
     redirected = False
@@ -44,6 +66,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
     total = 0
     out = []
     first_data = True
+    read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
     for ft in req.topics:
         if by_id:
             t = b.topic_by_id(ft.topic_id)
@@ -67,7 +90,8 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                 continue
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
-                res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data)
+                res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data,
+                                             **({"upper_bound": _lso(b, t, idx)} if read_committed else {}))
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:
@@ -83,10 +107,11 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                 first_data = False
                 remaining = max(0, remaining - size)
                 total += size
+            lso, aborted = _transactions(b, t, idx, res, int(fp.fetch_offset), read_committed)
             entry["partitions"].append({
                 "partition_index": idx, "error_code": 0, "high_watermark": res.high_watermark,
-                "last_stable_offset": res.high_watermark, "log_start_offset": res.log_start_offset,
-                "aborted_transactions": None, "preferred_read_replica": -1,
+                "last_stable_offset": lso, "log_start_offset": res.log_start_offset,
+                "aborted_transactions": aborted, "preferred_read_replica": -1,
                 "records": bytes(res.records) if size else b"",
             })
         out.append(entry)

@@ -17,6 +17,7 @@ from kcli.broker import groups as g
 from kcli.broker.dispatch import RequestContext, handler
 
 INVALID_REQUEST = 42
+UNSTABLE_OFFSET_COMMIT = 88
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
@@ -212,7 +213,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: Any,
-                       version: int) -> tuple[int, list[dict[str, Any]]]:
+                       version: int, unstable: Any = None) -> tuple[int, list[dict[str, Any]]]:
     """One group's OffsetFetch answer: (group error, topics list)."""
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     err = await _route(coord, group_id)
@@ -229,7 +230,10 @@ async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: 
             "committed_offset": om.offset if om else -1,
             "committed_leader_epoch": om.leader_epoch if om else -1,
             "metadata": om.metadata if om else "",
-            "error_code": err,  # v1 has no group-level error: it goes on each partition
+            # v1 has no group-level error: it goes on each partition; require_stable (v7+) and an
+            # open transaction holding an offset for the partition: UNSTABLE_OFFSET_COMMIT
+            "error_code": err or (UNSTABLE_OFFSET_COMMIT if unstable is not None
+                                  and unstable.has_pending_offsets(group_id, (topic, partition)) else 0),
         })
     return err, [{"name": t, "partitions": parts} for t, parts in by_topic.items()]
 
@@ -237,13 +241,14 @@ async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: 
 @handler(api_key=9, name="OffsetFetch", min_version=1, max_version=8)
 async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
+    unstable = ctx.broker.transactions if getattr(req, "require_stable", False) else None
     if ctx.api_version >= 8:
         out = []
         for grp in req.groups:
-            err, topics = await _fetch_group(coord, grp.group_id, grp.topics, ctx.api_version)
+            err, topics = await _fetch_group(coord, grp.group_id, grp.topics, ctx.api_version, unstable)
             out.append({"group_id": grp.group_id, "topics": topics, "error_code": err})
         return {"throttle_time": 0, "groups": out}
-    err, topics = await _fetch_group(coord, req.group_id, req.topics, ctx.api_version)
+    err, topics = await _fetch_group(coord, req.group_id, req.topics, ctx.api_version, unstable)
     return {"throttle_time": 0, "topics": topics, "error_code": err}
 
 
@@ -303,8 +308,9 @@ async def offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
     top = await _route(coord, req.group_id)
     codes: dict[tuple[str, int], int] = {}
     if top == g.NONE and coord is not None:
-        known = [(t.name, int(p.partition_index)) for t in req.topics if ctx.broker.topic_exists(t.name)
-                 for p in t.partitions]
+        # Kafka answers a partition its metadata does not hold UNKNOWN_TOPIC_OR_PARTITION (below)
+        known = [(t.name, int(p.partition_index)) for t in req.topics if (topic := ctx.broker.topic(t.name)) is not None
+                 for p in t.partitions if int(p.partition_index) in topic.partitions]
         top, codes = coord.delete_offsets(req.group_id, known)
     if top != g.NONE:
         return {"throttle_time": 0, "error_code": top, "topics": []}

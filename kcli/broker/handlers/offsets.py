@@ -9,12 +9,14 @@ from kcli.broker.dispatch import RequestContext, handler
 UNKNOWN_TOPIC_OR_PARTITION = 3
 OFFSET_OUT_OF_RANGE = 1
 UNSUPPORTED_VERSION = 35
+LATEST = -1
 
 
 @handler(2, "ListOffsets", 1, 9)
 async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     topics = []
+    read_committed = int(getattr(req, "isolation_level", 0)) == 1
     for rt in req.topics:
         t = b.topic(rt.name)
         parts = []
@@ -26,6 +28,8 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 continue
             try:
                 offset, ts = await b.list_offset(t, idx, int(rp.timestamp))
+                if int(rp.timestamp) == LATEST and read_committed and (lg := b.logs.get((t.name, idx))) is not None:
+                    offset = lg.last_stable_offset  # Kafka: the latest offset read_committed can see
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:

@@ -17,7 +17,7 @@ from kcli.broker.broker import now_ms
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.broker.metadata_log import MODE_READ_ONLY
 from kcli.protocol.errors import BrokerError
-from kcli.records.batch import InvalidBatchError, iter_headers
+from kcli.records.batch import InvalidBatchError, iter_headers, read_header
 
 log = logging.getLogger("kcli.broker.produce")
 
@@ -26,9 +26,9 @@ CORRUPT_MESSAGE = 2
 INVALID_REQUIRED_ACKS = 21
 KAFKA_STORAGE_ERROR = 56
 INVALID_RECORD = 87
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 NOT_ENOUGH_REPLICAS = 19
 INVALID_TXN_STATE = 48
+COORDINATOR_NOT_AVAILABLE = 15
 NOT_LEADER_OR_FOLLOWER = 6
 
 
@@ -43,6 +43,18 @@ def record_count(records: bytes) -> int:
 def _error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
     return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": message}
+
+
+def _verify_transactional(b: Any, transactional_id: str, records: bytes, key: tuple[str, int]) -> int:
+    """A transactional Produce is accepted only from the current producer of the id, for a
+    partition it added to its open transaction (0 when so)."""
+    if b.transactions is None:
+        return COORDINATOR_NOT_AVAILABLE
+    try:
+        h = read_header(records or b"")
+    except InvalidBatchError:
+        return CORRUPT_MESSAGE
+    return int(b.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, key))
 
 
 @handler(0, "Produce", 3, 11)
@@ -64,11 +76,13 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             if acks not in (0, 1, -1):
                 results[key] = _error(pd.index, INVALID_REQUIRED_ACKS)
                 continue
-            if req.transactional_id is not None:
-                results[key] = _error(pd.index, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                      "transactions are not supported by kcli's broker")
-                continue
             p = t.partitions.get(pd.index) if t is not None else None
+            if req.transactional_id is not None and t is not None and p is not None:
+                code = _verify_transactional(b, req.transactional_id, pd.records, key)
+                if code:
+                    results[key] = _error(pd.index, code, "the partition is not part of the producer's transaction"
+                                          if code == INVALID_TXN_STATE else None)
+                    continue
             if t is None or p is None:
                 results[key] = _error(pd.index, UNKNOWN_TOPIC_OR_PARTITION,
                                       "This server does not host this topic-partition.")

@@ -1,0 +1,228 @@
+"""Transaction APIs (KIP-98): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and
+the transactional branch of InitProducerId; the logic is in kcli/broker/transactions.py.
+
+Clients older than each API's PRODUCER_FENCED version get INVALID_PRODUCER_EPOCH instead, as
+Kafka's KafkaApis translates it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.dispatch import RequestContext, handler
+
+
+def _fenced_for(code: int, version: int, first_version: int) -> int:
+    """PRODUCER_FENCED is known to clients from ``first_version`` of an API on."""
+    if code == ErrorCode.producer_fenced and version < first_version:
+        return int(ErrorCode.invalid_producer_epoch)
+    return int(code)
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    return ctx.broker.transactions
+
+
+async def init_transactional_producer(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
+                "producer_epoch": -1}
+    err, pid, epoch = await coord.init_producer_id(
+        req.transactional_id, _ms(req.transaction_timeout),
+        int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
+    return {"throttle_time": 0, "error_code": _fenced_for(err, ctx.api_version, 4), "producer_id": pid,
+            "producer_epoch": epoch}
+
+
+@handler(24, "AddPartitionsToTxn", 0, 3)
+async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    wanted = [(t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions]
+    coord = _coordinator(ctx)
+    if coord is None:
+        codes = {tp: int(ErrorCode.coordinator_not_available) for tp in wanted}
+    else:
+        codes = await coord.add_partitions(req.v3_and_below_transactional_id, int(req.v3_and_below_producer_id),
+                                           int(req.v3_and_below_producer_epoch), wanted)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition) in wanted:
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition,
+             "partition_error_code": _fenced_for(codes[(topic, partition)], ctx.api_version, 2)})
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]}
+
+
+@handler(25, "AddOffsetsToTxn", 0, 3)
+async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+    err = await coord.add_offsets(req.transactional_id, int(req.producer_id), int(req.producer_epoch), req.group_id)
+    return {"throttle_time": 0, "error_code": _fenced_for(err, ctx.api_version, 2)}
+
+
+@handler(26, "EndTxn", 0, 4)
+async def end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+    err = await coord.end_txn(req.transactional_id, int(req.producer_id), int(req.producer_epoch), bool(req.committed))
+    return {"throttle_time": 0, "error_code": _fenced_for(err, ctx.api_version, 2)}
+
+
+@handler(28, "TxnOffsetCommit", 0, 3)
+async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    coord = _coordinator(ctx)
+    order: list[tuple[str, int]] = []
+    codes: dict[tuple[str, int], int] = {}
+    wanted: dict[tuple[str, int], tuple[int, int, str]] = {}
+    for t in req.topics:
+        exists = b.topic_exists(t.name)
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            order.append(tp)
+            if not exists:
+                codes[tp] = int(ErrorCode.unknown_topic_or_partition)
+            else:
+                wanted[tp] = (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                              p.committed_metadata or "")
+    group_err = 0
+    if coord is None or b.groups is None:
+        group_err = int(ErrorCode.coordinator_not_available)
+    elif ctx.api_version >= 3:
+        group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
+                                                     getattr(req, "group_instance_id", None))
+    if group_err:
+        codes.update({tp: group_err for tp in wanted})
+    elif wanted:
+        codes.update(await coord.txn_offset_commit(req.transactional_id, req.group_id, int(req.producer_id),
+                                                   int(req.producer_epoch), wanted))
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        topics.setdefault(tp[0], []).append(
+            {"partition_index": tp[1], "error_code": _fenced_for(codes[tp], ctx.api_version, 2)})
+    return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+# ---- admin: kafka-transactions.sh's APIs -------------------------------------------------------
+
+
+def _local_log(b: Any, topic: str, partition: int) -> tuple[int, str | None, Any]:
+    """(error, message, log) of a classic partition hosted here."""
+    t = b.topic(topic)
+    if t is None or partition not in t.partitions:
+        return int(ErrorCode.unknown_topic_or_partition), "This server does not host this topic-partition.", None
+    if b.is_diskless(t):
+        return int(ErrorCode.invalid_request), "transactions on diskless partitions are not supported yet", None
+    lg = b.logs.get((topic, partition))
+    if lg is None:
+        return int(ErrorCode.not_leader_or_follower), f"Broker {b.node_id} does not host {topic}-{partition}", None
+    return 0, None, lg
+
+
+@handler(61, "DescribeProducers", 0, 0)
+async def describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    b = ctx.broker
+    topics = []
+    for rt in req.topics:
+        parts = []
+        for idx in rt.partition_indexes:
+            code, message, lg = _local_log(b, rt.name, int(idx))
+            producers = []
+            if lg is not None:
+                open_txns = lg.open_transactions()
+                for pid, entry in sorted(lg.producer_state.producers().items()):
+                    producers.append({"producer_id": pid, "producer_epoch": entry.producer_epoch,
+                                      "last_sequence": entry.last_seq, "last_timestamp": entry.last_timestamp,
+                                      "coordinator_epoch": 0, "current_txn_start_offset": open_txns.get(pid, -1)})
+            parts.append({"partition_index": int(idx), "error_code": code, "error_message": message,
+                          "active_producers": producers})
+        topics.append({"name": rt.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _ms_time(ms: int) -> int:
+    """A datetime_i64 field from epoch ms. Kafka writes -1 when no transaction is open; kcli
+    writes 0, because kio-based clients (kcli's own) refuse to read a negative timestamp."""
+    return max(ms, 0)
+
+
+@handler(65, "DescribeTransactions", 0, 0)
+async def describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    coord = _coordinator(ctx)
+    out = []
+    for tid in req.transactional_ids:
+        md = coord.txns.get(tid) if coord is not None else None
+        if md is None:
+            code = ErrorCode.coordinator_not_available if coord is None else ErrorCode.transactional_id_not_found
+            out.append({"error_code": code, "transactional_id": tid, "transaction_state": "",
+                        "transaction_timeout": 0, "transaction_start_time": _ms_time(-1), "producer_id": -1,
+                        "producer_epoch": -1, "topics": []})
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(md.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        out.append({"error_code": 0, "transactional_id": tid, "transaction_state": md.state,
+                    "transaction_timeout": md.timeout_ms, "transaction_start_time": _ms_time(md.start_ms),
+                    "producer_id": md.producer_id, "producer_epoch": md.producer_epoch,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+    return {"throttle_time": 0, "transaction_states": out}
+
+
+@handler(66, "ListTransactions", 0, 1)
+async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    from kcli.broker.transactions import ONGOING, STATES, now_ms
+
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "unknown_state_filters": [],
+                "transaction_states": []}
+    states = list(req.state_filters or ())
+    pids = {int(p) for p in (req.producer_id_filters or ())}
+    duration = int(getattr(req, "duration_filter", -1))
+    now = now_ms()
+    out = []
+    for tid, md in sorted(coord.txns.items()):
+        if states and md.state not in states:
+            continue
+        if pids and md.producer_id not in pids:
+            continue
+        if duration >= 0 and not (md.state == ONGOING and now - md.start_ms > duration):
+            continue  # KIP-994: only transactions running longer than the filter
+        out.append({"transactional_id": tid, "producer_id": md.producer_id, "transaction_state": md.state})
+    return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": [s for s in states if s not in STATES],
+            "transaction_states": out}
+
+
+@handler(27, "WriteTxnMarkers", 1, 1)
+async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """What Admin.abortTransaction (kafka-transactions.sh abort) sends to a partition's leader to
+    close a hanging transaction: the marker is appended as the coordinator would."""
+    from kcli.broker.transactions import write_marker
+
+    b = ctx.broker
+    markers = []
+    for m in req.markers:
+        topics = []
+        for mt in m.topics:
+            parts = []
+            for idx in mt.partition_indexes:
+                code, _message, lg = _local_log(b, mt.name, int(idx))
+                if lg is not None:
+                    code = await write_marker(b, mt.name, int(idx), bool(m.transaction_result), int(m.producer_id),
+                                              int(m.producer_epoch), int(m.coordinator_epoch))
+                parts.append({"partition_index": int(idx), "error_code": code})
+            topics.append({"name": mt.name, "partitions": parts})
+        markers.append({"producer_id": int(m.producer_id), "topics": topics})
+    return {"markers": markers}

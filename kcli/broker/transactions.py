@@ -1,0 +1,572 @@
+"""Kafka's transaction coordinator (KIP-98) for the transactional ids this broker coordinates.
+
+Each transactional id has a :class:`TransactionMetadata` that moves through Kafka's states
+(Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, PrepareEpochFence,
+Dead). Every transition is written to the transaction state log before it is answered, as
+Kafka appends to ``__transaction_state``; here that log is
+``<data_dir>/__transaction_state/transactions.log`` (one CRC-checked JSON line per transition,
+the format of the committed-offsets log). After a restart, transactions found in PrepareCommit
+or PrepareAbort get their markers written again (a second marker for a closed transaction is
+harmless), and Ongoing ones are aborted when their timeout passes.
+
+Ending a transaction: PrepareCommit/PrepareAbort is made durable, then a COMMIT/ABORT control
+batch is appended to every partition of the transaction (fsynced), the offsets of
+TxnOffsetCommit are committed to their groups (commit only), and CompleteCommit/CompleteAbort
+is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.crcjson import decode_line, encode_line
+from kcli.fsutil import fsync_dir
+from kcli.records.control import marker_batch
+from kcli.storage.log import AppendOrigin
+
+log = logging.getLogger("kcli.broker.transactions")
+
+EMPTY = "Empty"
+ONGOING = "Ongoing"
+PREPARE_COMMIT = "PrepareCommit"
+PREPARE_ABORT = "PrepareAbort"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+DEAD = "Dead"
+STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, PREPARE_EPOCH_FENCE, DEAD)
+
+NONE = 0
+MAX_EPOCH = 32767 - 1  # Short.MaxValue - 1: past it the coordinator hands out a new producer id
+NO_PRODUCER_EPOCH = -1
+
+TopicPartition = tuple[str, int]
+PendingOffset = tuple[int, int, str]  # offset, leader epoch, metadata
+
+
+@dataclass
+class TransactionMetadata:
+    """One transactional id's state (Kafka's TransactionMetadata, what its log records hold)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: str = EMPTY
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    partitions: frozenset[TopicPartition] = frozenset()
+    # TxnOffsetCommit offsets waiting for the commit: {group: {(topic, partition): offset}}
+    pending_offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
+    start_ms: int = -1
+    update_ms: int = -1
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "type": "txn", "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch, "last_producer_epoch": self.last_producer_epoch,
+            "timeout_ms": self.timeout_ms, "state": self.state,
+            "partitions": sorted([t, p] for t, p in self.partitions),
+            "pending_offsets": {g: [[t, p, *v] for (t, p), v in sorted(offs.items())]
+                                for g, offs in self.pending_offsets.items()},
+            "start_ms": self.start_ms, "update_ms": self.update_ms,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> "TransactionMetadata":
+        state = rec["state"]
+        if state not in STATES:
+            raise ValueError(f"unknown transaction state {state!r}")
+        return cls(
+            transactional_id=rec["transactional_id"], producer_id=int(rec["producer_id"]),
+            producer_epoch=int(rec["producer_epoch"]), timeout_ms=int(rec["timeout_ms"]), state=state,
+            last_producer_epoch=int(rec.get("last_producer_epoch", NO_PRODUCER_EPOCH)),
+            partitions=frozenset((t, int(p)) for t, p in rec.get("partitions", [])),
+            pending_offsets={g: {(t, int(p)): (int(o), int(e), str(m)) for t, p, o, e, m in offs}
+                             for g, offs in rec.get("pending_offsets", {}).items()},
+            start_ms=int(rec.get("start_ms", -1)), update_ms=int(rec.get("update_ms", -1)),
+        )
+
+
+class TransactionStateError(Exception):
+    """The transaction state log could not be written (answered as COORDINATOR_NOT_AVAILABLE)."""
+
+
+class TransactionLog:
+    """The transaction state log in a directory: append-only, fsynced per write, compacted
+    (last record per transactional id) on open and when it holds twice what is live."""
+
+    def __init__(self, directory: Path, compact_min_lines: int = 1000) -> None:
+        self.dir = Path(directory)
+        self.path = self.dir / "transactions.log"
+        self.compact_min_lines = compact_min_lines
+        self.lines = 0
+        self._fd: int | None = None
+        self._io = threading.Lock()
+        self._write_lock: asyncio.Lock | None = None
+
+    @property
+    def location(self) -> str:
+        return f"transaction state log {self.path}"
+
+    def open(self) -> dict[str, TransactionMetadata]:
+        """Blocking: replay the log (dropping a torn tail) and return the state per id."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        state: dict[str, TransactionMetadata] = {}
+        if self.path.exists():
+            data = self.path.read_bytes()
+            pos = good = 0
+            while pos < len(data):
+                nl = data.find(b"\n", pos)
+                if nl < 0:
+                    break
+                rec = decode_line(data[pos:nl])
+                if rec is None:
+                    break
+                self._apply(state, rec)
+                self.lines += 1
+                pos = good = nl + 1
+            if good < len(data):
+                log.warning("%s: dropping %d bytes after the last valid record", self.path, len(data) - good)
+                with open(self.path, "r+b") as f:
+                    f.truncate(good)
+                    os.fsync(f.fileno())
+        self._rewrite(state)
+        return state
+
+    @staticmethod
+    def _apply(state: dict[str, TransactionMetadata], rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        if kind == "txn":
+            md = TransactionMetadata.from_record(rec)
+            state[md.transactional_id] = md
+        elif kind == "txn_delete":
+            state.pop(rec["transactional_id"], None)
+        else:
+            log.warning("transaction state log: skipping unknown record type %r", kind)
+
+    def _rewrite(self, state: dict[str, TransactionMetadata]) -> None:
+        tmp = self.dir / "transactions.log.compacting"
+        data = b"".join(encode_line(md.to_record()) for md in state.values())
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        with self._io:
+            os.replace(tmp, self.path)
+            fsync_dir(self.dir)
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        self.lines = len(state)
+
+    def _write_io(self, data: bytes) -> None:
+        with self._io:
+            if self._fd is None:
+                raise OSError("the transaction state log is closed")
+            size = os.fstat(self._fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+                os.fsync(self._fd)
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, size)
+                except OSError:
+                    pass
+                raise
+
+    async def write(self, records: list[dict[str, Any]], live: dict[str, TransactionMetadata]) -> None:
+        """Make ``records`` durable (TransactionStateError if not); compact when worthwhile."""
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        async with self._write_lock:
+            try:
+                await asyncio.to_thread(self._write_io, b"".join(encode_line(r) for r in records))
+            except OSError as err:
+                raise TransactionStateError(f"cannot write {self.path}: {err}") from err
+            self.lines += len(records)
+            if self.lines > max(self.compact_min_lines, 2 * len(live)):
+                snapshot = {tid: replace(md) for tid, md in live.items()}
+                for rec in records:
+                    self._apply(snapshot, rec)
+                try:
+                    await asyncio.to_thread(self._rewrite, snapshot)
+                except OSError as err:
+                    log.error("%s: compaction failed: %s", self.path, err)
+
+    def close(self) -> None:
+        with self._io:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+_now_ms = now_ms
+
+
+def _append_marker(b: Any, topic: str, partition: int, batch: bytes, now: int) -> Any:
+    """Append a marker batch to a classic partition hosted here; None when the topic is gone
+    (nothing left to mark). Raises LogError/BrokerError with a Kafka code."""
+    t = b.topic(topic)
+    if t is None or partition not in t.partitions:
+        return None
+    lg = b.log_for(t, partition)
+    lg.append(batch, now_ms=now, leader_epoch=t.partitions[partition].leader_epoch, origin=AppendOrigin.COORDINATOR)
+    b.notifier.notify(topic, partition)
+    return lg
+
+
+async def write_marker(b: Any, topic: str, partition: int, commit: bool, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int) -> int:
+    """WriteTxnMarkers for one partition: append and fsync the marker; the Kafka error code."""
+    now = now_ms()
+    try:
+        lg = _append_marker(b, topic, partition, marker_batch(commit, producer_id, producer_epoch,
+                                                                coordinator_epoch, now), now)
+        if lg is not None:
+            await b.flusher.flush({lg})
+    except Exception as err:
+        code = getattr(err, "code", None)
+        if code is None:
+            log.exception("writing a marker to %s-%d failed", topic, partition)
+            return int(ErrorCode.kafka_storage_error)
+        return int(code)
+    return NONE
+
+
+class TransactionCoordinator:
+    """The transaction APIs' logic over :class:`TransactionMetadata` (see module docstring).
+
+    ``broker`` provides what the coordinator acts on: ``allocate_producer_id()``, ``topic()``,
+    ``log_for()``, ``is_diskless()``, ``notifier``, ``flusher``, ``groups`` and ``config``.
+    Every method returns Kafka error codes; none raises for a client's mistake.
+    """
+
+    def __init__(self, store: TransactionLog, broker: Any) -> None:
+        self.store = store
+        self.broker = broker
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.active = False
+
+    def _cfg(self, name: str) -> int:
+        return int(self.broker.config.get_int(name))
+
+    # -- lifecycle
+    async def start(self) -> None:
+        self.txns = await asyncio.to_thread(self.store.open)
+        self.active = True
+        for md in list(self.txns.values()):
+            if md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                log.info("completing %s of transactional id %s found at start", md.state, md.transactional_id)
+                async with self._lock(md.transactional_id):
+                    await self._complete(md)
+        self._task = asyncio.get_running_loop().create_task(self._cleanup_loop(), name="txn-timeouts")
+
+    async def close(self) -> None:
+        self.active = False
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.store.close()
+
+    def _lock(self, tid: str) -> asyncio.Lock:
+        lock = self._locks.get(tid)
+        if lock is None:
+            lock = self._locks[tid] = asyncio.Lock()
+        return lock
+
+    async def _persist(self, md: TransactionMetadata) -> None:
+        md.update_ms = _now_ms()
+        await self.store.write([md.to_record()], self.txns)
+        self.txns[md.transactional_id] = md
+
+    # -- InitProducerId
+    async def init_producer_id(self, tid: str, timeout_ms: int, expected_pid: int = -1,
+                               expected_epoch: int = -1) -> tuple[int, int, int]:
+        """(error, producer id, epoch) for a transactional producer (Kafka's handleInitProducerId)."""
+        if not tid:
+            return ErrorCode.invalid_request, -1, -1
+        if timeout_ms <= 0 or timeout_ms > self._cfg("transaction.max.timeout.ms"):
+            return ErrorCode.invalid_transaction_timeout, -1, -1
+        if not self.active:
+            return ErrorCode.coordinator_not_available, -1, -1
+        async with self._lock(tid):
+            try:
+                return await self._init_locked(tid, timeout_ms, expected_pid, expected_epoch)
+            except TransactionStateError as err:
+                log.error("InitProducerId %s: %s", tid, err)
+                return ErrorCode.coordinator_not_available, -1, -1
+
+    async def _init_locked(self, tid: str, timeout_ms: int, expected_pid: int,
+                           expected_epoch: int) -> tuple[int, int, int]:
+        md = self.txns.get(tid)
+        if md is None:
+            md = TransactionMetadata(tid, self.broker.allocate_producer_id(), 0, timeout_ms)
+            await self._persist(md)
+            return NONE, md.producer_id, md.producer_epoch
+        if expected_pid >= 0 and not (expected_pid == md.producer_id and
+                                      expected_epoch in (md.producer_epoch, md.last_producer_epoch)):
+            return ErrorCode.producer_fenced, -1, -1
+        if md.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
+            return ErrorCode.concurrent_transactions, -1, -1
+        if md.state == ONGOING:
+            # A new instance took over the id: fence the old one by aborting its transaction with
+            # a bumped epoch; the client retries and then gets the next epoch (as Kafka answers).
+            await self._fence_and_abort(md, recoverable=False)
+            return ErrorCode.concurrent_transactions, -1, -1
+        if expected_pid >= 0 and expected_epoch == md.last_producer_epoch and md.last_producer_epoch >= 0 \
+                and expected_epoch != md.producer_epoch:
+            return NONE, md.producer_id, md.producer_epoch  # a retry of a bump already made
+        if md.producer_epoch >= MAX_EPOCH:
+            new = replace(md, producer_id=self.broker.allocate_producer_id(), producer_epoch=0,
+                          last_producer_epoch=NO_PRODUCER_EPOCH)
+        else:
+            new = replace(md, producer_epoch=md.producer_epoch + 1, last_producer_epoch=md.producer_epoch)
+        new = replace(new, timeout_ms=timeout_ms, state=EMPTY, partitions=frozenset(), pending_offsets={}, start_ms=-1)
+        await self._persist(new)
+        return NONE, new.producer_id, new.producer_epoch
+
+    # -- checks shared by the in-transaction APIs
+    def _check(self, tid: str, pid: int, epoch: int) -> tuple[int, TransactionMetadata | None]:
+        if not self.active:
+            return ErrorCode.coordinator_not_available, None
+        md = self.txns.get(tid)
+        if md is None:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if md.producer_id != pid:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if md.producer_epoch != epoch:
+            return ErrorCode.producer_fenced, None
+        if md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return ErrorCode.concurrent_transactions, None
+        if md.state in (PREPARE_EPOCH_FENCE, DEAD):
+            return ErrorCode.invalid_txn_state, None
+        return NONE, md
+
+    def _begin(self, md: TransactionMetadata) -> TransactionMetadata:
+        """The metadata with the transaction started (Ongoing) if it was not yet."""
+        if md.state == ONGOING:
+            return replace(md)
+        return replace(md, state=ONGOING, partitions=frozenset(), pending_offsets={}, start_ms=_now_ms())
+
+    async def add_partitions(self, tid: str, pid: int, epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn: an error per partition (OPERATION_NOT_ATTEMPTED for the rest
+        when one fails, as Kafka answers)."""
+        async with self._lock(tid):
+            err, md = self._check(tid, pid, epoch)
+            if md is None:
+                return {tp: err for tp in partitions}
+            bad = {tp: self._partition_error(tp) for tp in partitions}
+            if any(bad.values()):
+                return {tp: (code or ErrorCode.operation_not_attempted) for tp, code in bad.items()}
+            if md.state == ONGOING and set(partitions) <= md.partitions:
+                return {tp: NONE for tp in partitions}
+            new = self._begin(md)
+            new.partitions = new.partitions | frozenset(partitions)
+            try:
+                await self._persist(new)
+            except TransactionStateError as err_:
+                log.error("AddPartitionsToTxn %s: %s", tid, err_)
+                return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+            return {tp: NONE for tp in partitions}
+
+    def _partition_error(self, tp: TopicPartition) -> int:
+        b = self.broker
+        t = b.topic(tp[0])
+        if t is None or tp[1] not in t.partitions:
+            return ErrorCode.unknown_topic_or_partition
+        if b.is_diskless(t):
+            return ErrorCode.invalid_txn_state  # not yet: see docs/transactions.md
+        return NONE
+
+    async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
+        """AddOffsetsToTxn: the group's offsets will be committed with the transaction."""
+        async with self._lock(tid):
+            err, md = self._check(tid, pid, epoch)
+            if md is None:
+                return err
+            if md.state == ONGOING and group_id in md.pending_offsets:
+                return NONE
+            new = self._begin(md)
+            new.pending_offsets = {**new.pending_offsets, group_id: dict(new.pending_offsets.get(group_id, {}))}
+            try:
+                await self._persist(new)
+            except TransactionStateError as err_:
+                log.error("AddOffsetsToTxn %s: %s", tid, err_)
+                return ErrorCode.coordinator_not_available
+            return NONE
+
+    async def txn_offset_commit(self, tid: str, group_id: str, pid: int, epoch: int,
+                                offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: keep the offsets with the transaction until it ends."""
+        async with self._lock(tid):
+            err, md = self._check(tid, pid, epoch)
+            if md is None:
+                return {tp: err for tp in offsets}
+            if md.state != ONGOING or group_id not in md.pending_offsets:
+                return {tp: ErrorCode.invalid_txn_state for tp in offsets}
+            new = replace(md, pending_offsets={**md.pending_offsets,
+                                               group_id: {**md.pending_offsets[group_id], **offsets}})
+            try:
+                await self._persist(new)
+            except TransactionStateError as err_:
+                log.error("TxnOffsetCommit %s: %s", tid, err_)
+                return {tp: ErrorCode.coordinator_not_available for tp in offsets}
+            return {tp: NONE for tp in offsets}
+
+    # -- EndTxn
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
+        """EndTxn (Kafka's handleEndTransaction), answered once the markers are written."""
+        async with self._lock(tid):
+            if not self.active:
+                return ErrorCode.coordinator_not_available
+            md = self.txns.get(tid)
+            if md is None or md.producer_id != pid:
+                return ErrorCode.invalid_producer_id_mapping
+            if md.producer_epoch != epoch:
+                return ErrorCode.producer_fenced
+            if md.state == ONGOING:
+                new = replace(md, state=PREPARE_COMMIT if commit else PREPARE_ABORT)
+                try:
+                    await self._persist(new)
+                except TransactionStateError as err:
+                    log.error("EndTxn %s: %s", tid, err)
+                    return ErrorCode.coordinator_not_available
+                await self._complete(new)
+                return NONE
+            if md.state == COMPLETE_COMMIT:
+                return NONE if commit else ErrorCode.invalid_txn_state
+            if md.state == COMPLETE_ABORT:
+                return NONE if not commit else ErrorCode.invalid_txn_state
+            if md.state == PREPARE_COMMIT:
+                return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+            if md.state == PREPARE_ABORT:
+                return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
+            return ErrorCode.invalid_txn_state
+
+    async def _fence_and_abort(self, md: TransactionMetadata, *, recoverable: bool) -> None:
+        """Abort ``md``'s open transaction with a bumped epoch (Kafka's prepareFenceProducerEpoch):
+        the markers carry the new epoch, so the old producer's writes are refused from then on.
+        ``recoverable`` keeps the old epoch as the last one (KIP-588: a producer whose
+        transaction timed out may re-initialise with it); a new instance fences it for good."""
+        epoch = md.producer_epoch if md.producer_epoch >= MAX_EPOCH else md.producer_epoch + 1
+        new = replace(md, producer_epoch=epoch, state=PREPARE_ABORT,
+                      last_producer_epoch=md.producer_epoch if recoverable else NO_PRODUCER_EPOCH)
+        await self._persist(new)
+        await self._complete(new)
+
+    async def _complete(self, md: TransactionMetadata) -> None:
+        """Write the markers (and commit the offsets), then CompleteCommit/CompleteAbort. A failure
+        leaves PrepareCommit/PrepareAbort in the log; the cleanup loop retries it."""
+        commit = md.state == PREPARE_COMMIT
+        try:
+            await self._write_markers(md, commit)
+            if commit:
+                for group_id, offsets in md.pending_offsets.items():
+                    if offsets:
+                        await self.broker.groups.commit_transactional_offsets(group_id, offsets)
+            done = replace(md, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                           partitions=frozenset(), pending_offsets={})
+            await self._persist(done)
+        except Exception as err:  # retried by the cleanup loop; the client's answer stands
+            log.error("transactional id %s: completing %s failed (will retry): %s",
+                      md.transactional_id, md.state, err)
+
+    async def _write_markers(self, md: TransactionMetadata, commit: bool) -> None:
+        b = self.broker
+        now = _now_ms()
+        batch = marker_batch(commit, md.producer_id, md.producer_epoch, 0, now)
+        touched = set()
+        for topic, partition in sorted(md.partitions):
+            lg = _append_marker(b, topic, partition, batch, now)
+            if lg is not None:
+                touched.add(lg)
+        if touched:
+            await b.flusher.flush(touched)
+
+    # -- what other APIs ask
+    def verify_produce(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> int:
+        """A transactional Produce for ``tp``: the producer must be current and have added ``tp``."""
+        md = self.txns.get(tid)
+        if md is None or md.producer_id != pid:
+            return ErrorCode.invalid_producer_id_mapping
+        if epoch < md.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if md.state != ONGOING or tp not in md.partitions:
+            return ErrorCode.invalid_txn_state
+        return NONE
+
+    def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset for ``tp`` of the group (OffsetFetch with
+        require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(tp in md.pending_offsets.get(group_id, {}) for md in self.txns.values()
+                   if md.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT))
+
+    # -- background: timeouts, retries, expiration
+    async def _cleanup_loop(self) -> None:
+        while self.active:
+            await asyncio.sleep(self._cfg("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000)
+            try:
+                await self.abort_timed_out()
+            except Exception:
+                log.exception("transaction timeout round failed")
+
+    async def abort_timed_out(self, now_ms: int | None = None) -> list[str]:
+        """Abort transactions open past their timeout, finish stuck Prepare states, forget ids
+        idle past transactional.id.expiration.ms; returns the ids aborted."""
+        now = _now_ms() if now_ms is None else now_ms
+        aborted = []
+        expiry = self._cfg("transactional.id.expiration.ms")
+        for tid, md in list(self.txns.items()):
+            async with self._lock(tid):
+                md = self.txns.get(tid)
+                if md is None:
+                    continue
+                try:
+                    if md.state == ONGOING and md.start_ms + md.timeout_ms < now:
+                        log.info("aborting transaction of %s: open longer than its timeout of %d ms",
+                                 tid, md.timeout_ms)
+                        await self._fence_and_abort(md, recoverable=True)
+                        aborted.append(tid)
+                    elif md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                        await self._complete(md)
+                    elif md.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and md.update_ms + expiry < now:
+                        await self.store.write([{"type": "txn_delete", "transactional_id": tid}], self.txns)
+                        self.txns.pop(tid, None)
+                except TransactionStateError as err:
+                    log.error("transactional id %s: %s", tid, err)
+        return aborted
+
+    async def abort(self, tid: str) -> int:
+        """Abort the open transaction of ``tid`` now (kcli transactions abort)."""
+        async with self._lock(tid):
+            md = self.txns.get(tid)
+            if md is None:
+                return ErrorCode.transactional_id_not_found
+            if md.state != ONGOING:
+                return ErrorCode.invalid_txn_state
+            try:
+                await self._fence_and_abort(md, recoverable=True)
+            except TransactionStateError:
+                return ErrorCode.coordinator_not_available
+            return NONE
