@@ -41,7 +41,8 @@ _SECRET_RE = re.compile(r"(password|secret|jaas\.config|token|private\.key|crede
 MASK = "******"
 
 _CONTEXT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@/-]*$")
-_HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+):(\d{1,5})$")
+_HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+)(?::(\d{1,5}))?$")
+DEFAULT_PORT = 9092  # a bootstrap host without a port, as kcat and librdkafka take it
 
 
 @dataclass
@@ -120,16 +121,20 @@ def masked(properties: dict[str, str]) -> dict[str, str]:
 
 
 def validate_bootstrap(value: str, what: str = "--bootstrap-server") -> str:
-    """``host:port[,host:port...]`` (an optional ``PLAINTEXT://``-style scheme is kept)."""
+    """``host[:port][,host[:port]...]``, normalised to host:port (port 9092 when left out, as
+    kcat does); an optional ``PLAINTEXT://``-style scheme is kept."""
     servers = [s.strip() for s in value.split(",") if s.strip()]
     if not servers:
         raise UsageError(f"{what} expects HOST:PORT, got {value!r}")
+    out = []
     for server in servers:
-        bare = server.split("://", 1)[1] if "://" in server else server
+        scheme, _, bare = server.rpartition("://")
         m = _HOSTPORT_RE.match(bare)
-        if not m or not 0 < int(m.group(2)) <= 65535:
+        if not m or (m.group(2) is not None and not 0 < int(m.group(2)) <= 65535):
             raise UsageError(f"{what} expects HOST:PORT[,HOST:PORT...], got {value!r}")
-    return ",".join(servers)
+        port = m.group(2) or str(DEFAULT_PORT)
+        out.append(f"{scheme}://{m.group(1)}:{port}" if scheme else f"{m.group(1)}:{port}")
+    return ",".join(out)
 
 
 def validate_context_name(name: str) -> str:

@@ -23,6 +23,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
+        self.listeners: dict[str, str] = {}  # name → host:port, with --config listeners=...
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     @property
@@ -30,8 +31,9 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
-        args = [sys.executable, "-m", "kcli", "broker", "start", "--data-dir", str(self.data_dir),
-                "--listen", f"{self.host}:{self.port}"]
+        args = [sys.executable, "-m", "kcli", "broker", "start", "--data-dir", str(self.data_dir)]
+        if "listeners" not in self.configs:  # Kafka's form names every listener itself
+            args += ["--listen", f"{self.host}:{self.port}"]
         for k, v in self.configs.items():
             args += ["--config", f"{k}={v}"]
         args += self.extra_args
@@ -53,9 +55,13 @@ class BrokerProcess:
         if not text.startswith("kcli broker listening on "):
             self.proc.kill()
             raise RuntimeError(f"broker did not start: {text!r}; log:\n{self.log_path.read_text()[-3000:]}")
-        hostport = text.rsplit(" ", 1)[1]
+        hostport = text.rsplit(" ", 1)[1].split("://")[-1]  # NAME://HOST:PORT with --config listeners=...
         self.host, port = hostport.rsplit(":", 1)
         self.port = int(port)
+        if "listeners" in self.configs:  # one line per listener: kcli broker listening on NAME://HOST:PORT
+            lines = [text] + [self.proc.stdout.readline().decode().strip()
+                              for _ in self.configs["listeners"].split(",")[1:]]
+            self.listeners = dict(line.rsplit(" ", 1)[1].split("://", 1) for line in lines)
         return self
 
     def stop(self, timeout: float = 30.0) -> int | None:

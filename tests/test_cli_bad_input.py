@@ -142,6 +142,7 @@ CASES: dict[str, list[Case]] = {
         C("context", "set", "fresh", needle="--bootstrap-server"),
         C("context", "set", "dev", "--property", "novalue", needle="--property"),
         C("context", "set", "dev", "--unset-property", "never.set", needle="never.set"),
+        C("context", "set", "fresh", "-b", "no:port", needle="HOST:PORT"),
     ],
     "context delete": [
         C("context", "delete", "nope", needle="nope"),
@@ -226,8 +227,9 @@ CASES: dict[str, list[Case]] = {
         C("broker", "start", "--data-dir", "{tmp}/b17", "--listen", "127.0.0.1:0", "--config-file", "{kraft_props}",
           "--strict", needle="process.roles"),
         C("broker", "start", "--listen", "127.0.0.1:0", "--config-file", "{two_dirs_props}", needle="one data dir"),
+        # several listeners in the file are Kafka's form: a SASL one needs its mechanisms
         C("broker", "start", "--data-dir", "{tmp}/b18", "--config-file", "{two_listeners_props}",
-          needle="serves one PLAINTEXT or SASL_PLAINTEXT listener"),
+          needle="sasl.enabled.mechanisms"),
         C("broker", "start", "--data-dir", "{tmp}/b19", "--listen", "127.0.0.1:0", "--config",
           "log.retention.hours=forever", needle="log.retention.hours"),
         C("broker", "start", "--data-dir", "{tmp}/b20", "--listen", "127.0.0.1:0", "--config",
@@ -235,6 +237,14 @@ CASES: dict[str, list[Case]] = {
         C("broker", "start", "--data-dir", "{users}", "--listen", "127.0.0.1:0", code=1, needle="not a directory"),
         C("broker", "start", "--data-dir", "{tmp}/b21", "--listen", "127.0.0.1:0", "--coordinator", "mysql://x/y",
           needle="--coordinator expects"),
+        # listeners (docs/security.md): Kafka's form or --listen, a TLS listener needs a key
+        C("broker", "start", "--data-dir", "{tmp}/b22", "--listen", "127.0.0.1:0", "--config",
+          "listeners=PLAINTEXT://127.0.0.1:0", needle="either --listen"),
+        C("broker", "start", "--data-dir", "{tmp}/b23", "--config", "listeners=SSL://127.0.0.1:0",
+          needle="ssl.keystore.location"),
+        C("broker", "start", "--data-dir", "{tmp}/b24", "--config", "listeners=WHAT://127.0.0.1:0",
+          needle="listener.security.protocol.map"),
+        C("broker", "start", "--data-dir", "{tmp}/b25", "--listen", "SASL_SSL://127.0.0.1:0", needle="sasl.enabled.mechanisms"),
     ],
     "broker status": [
         C("broker", "status", "--bogus", needle="--bogus"),

@@ -186,7 +186,7 @@ BAD_INPUT = [
     (["topics", "list", "--diskless", "--tiered"], "at most one"),
     (["--context", "nope", "topics", "list"], "unknown context"),
     (["-o", "xml", "topics", "list"], "xml"),
-    (["-b", "no-port", "topics", "list"], "HOST:PORT"),
+    (["-b", "no:port", "topics", "list"], "HOST:PORT"),
 ]
 
 

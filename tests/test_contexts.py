@@ -79,7 +79,7 @@ def test_context_errors_exit_2(cli_env: dict[str, str]) -> None:
     assert_one_line_error(run_kcli(cli_env, "context", "delete", "ghost"), 2, "unknown context")
     assert_one_line_error(run_kcli(cli_env, "context", "show", "ghost"), 2, "unknown context")
     assert_one_line_error(run_kcli(cli_env, "context", "set", "new"), 2, "--bootstrap-server is required")
-    assert_one_line_error(run_kcli(cli_env, "context", "set", "x", "-b", "nohost"), 2, "HOST:PORT")
+    assert_one_line_error(run_kcli(cli_env, "context", "set", "x", "-b", "no:port"), 2, "HOST:PORT")
     assert_one_line_error(run_kcli(cli_env, "context", "set", "x", "-b", "h:99999"), 2, "HOST:PORT")
     assert_one_line_error(run_kcli(cli_env, "context", "set", "x", "-b", "h:1", "--property", "novalue"), 2, "KEY=VALUE")
     assert_one_line_error(run_kcli(cli_env, "context", "set", "bad name", "-b", "h:1"), 2, "invalid context name")

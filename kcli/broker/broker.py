@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kcli.broker.broker_config import BrokerConfig
+from kcli.broker.listeners import Endpoint, Listener, advertised_endpoints, check_security
 from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, format_value, parse_value
 from kcli.broker.metadata_log import (
     BROKER_RESOURCE,
@@ -168,9 +169,12 @@ class Broker:
     """Owns the data dir; start() opens everything, close() flushes and releases it."""
 
     def __init__(self, data_dir: Path, config: BrokerConfig, host: str = "127.0.0.1", port: int = 9092, *,
-                 server_factory: Callable[["Broker", str, int], Any]) -> None:
-        """``server_factory(broker, host, port)`` builds the socket side (kcli.broker.server's
-        KafkaServer); the caller passes it so that imports flow runner → server → broker only."""
+                 server_factory: Callable[["Broker", list[Listener]], Any],
+                 listeners: list[Listener] | None = None) -> None:
+        """``server_factory(broker, listeners)`` builds the socket side (kcli.broker.server's
+        KafkaServer); the caller passes it so that imports flow runner → server → broker only.
+        Without ``listeners``, one listener on host:port: SASL_PLAINTEXT when SASL is configured,
+        else PLAINTEXT."""
         self.data_dir = Path(data_dir)
         self._server_factory = server_factory
         self.config = config
@@ -203,6 +207,13 @@ class Broker:
 
         faults.configure(config.prefixed("kcli.fault."))  # crash-test pause points; ConfigError if bad
         self.sasl_enabled = self.sasl is not None
+        if listeners is None:
+            proto = "SASL_PLAINTEXT" if self.sasl_enabled else "PLAINTEXT"
+            listeners = [Listener(proto, proto, host, port)]
+        check_security(config, listeners)  # ConfigError: a SASL listener without SASL, a TLS one without a key
+        self.listeners = listeners
+        self.endpoints: list[Endpoint] = []  # what clients of each listener are told (after start)
+        self.bound: list[tuple[Listener, str, int]] = []  # each listener's bound address (after start)
         from kcli.broker.acl import authorizer_from_config
 
         # None: every request allowed, as without authorizer.class.name in Kafka (kcli/broker/authz.py)
@@ -277,12 +288,16 @@ class Broker:
         except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
             await self.close()
             raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
-        self.server = self._server_factory(self, self.listen_host, self.listen_port)
-        host, port = await self.server.start()
-        self.advertised_host, self.advertised_port = self._advertised(host, port)
+        self.server = self._server_factory(self, self.listeners)
+        bound = await self.server.start()
+        self.bound = bound
+        self.endpoints = advertised_endpoints(self.config, bound)
+        self.advertised_host, self.advertised_port = self.endpoints[0].host, self.endpoints[0].port
+        _li, host, port = bound[0]
         try:  # in a cluster: refused while another live process holds this node id
             await asyncio.get_running_loop().run_in_executor(
-                None, self.metadata.register_broker, self.node_id, self.rack, self.advertised_host, self.advertised_port)
+                None, self.metadata.register_broker, self.node_id, self.rack, self.advertised_host, self.advertised_port,
+                [e.to_json() for e in self.endpoints])
         except ClusterStoreError as err:
             await self.close()
             raise DataDirError(str(err)) from None
@@ -293,16 +308,6 @@ class Broker:
             await self.close()
             raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
         self._spawn(self._retention_loop(), "retention")
-        return host, port
-
-    def _advertised(self, host: str, port: int) -> tuple[str, int]:
-        adv = self.config.get("advertised.listeners")
-        if adv:
-            m = re.match(r"^(?:\w+://)?\[?([^\]]*?)\]?:(\d+)$", adv[0])
-            if m:
-                return m.group(1), int(m.group(2))
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
         return host, port
 
     # (attribute, "module:Class", broker config that enables it or None for always)
@@ -373,8 +378,11 @@ class Broker:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     def _write_runtime_file(self) -> None:
-        info = {"host": self.advertised_host, "port": self.advertised_port, "pid": os.getpid(),
-                "node_id": self.node_id, "cluster_id": self.cluster_id}
+        # host/port: the first PLAINTEXT listener if any (local tools speak plaintext), else the first.
+        local = next((e for e in self.endpoints if e.protocol == "PLAINTEXT"), self.endpoints[0])
+        info = {"host": local.host, "port": local.port, "pid": os.getpid(),
+                "node_id": self.node_id, "cluster_id": self.cluster_id,
+                "listeners": [f"{e.name}://{e.host}:{e.port}" for e in self.endpoints]}
         tmp = self.data_dir / "broker.json.tmp"
         try:
             tmp.write_text(json.dumps(info))
@@ -595,7 +603,9 @@ class Broker:
         if not any(b.node_id == self.node_id for b in live):
             from kcli.cluster.state import BrokerRegistration
 
-            live = sorted([*live, BrokerRegistration(self.node_id, self.advertised_host, self.advertised_port, self.rack)],
+            me = BrokerRegistration(self.node_id, self.advertised_host, self.advertised_port, self.rack,
+                                    listeners=tuple((e.name, e.host, e.port) for e in self.endpoints))
+            live = sorted([*live, me],
                           key=lambda b: b.node_id)
         return live
 

@@ -18,6 +18,8 @@ PLUGIN_PREFIXES = (
     "kcli.cluster.",  # kcli.cluster.url from `kcli broker start --cluster URL`
 )
 
+LISTENER_PREFIX = "listener.name."
+
 
 def read_properties(path: Path) -> dict[str, str]:
     """Read a Java properties file as ``java.util.Properties`` does: ``key=value``, ``key: value``
@@ -52,6 +54,7 @@ class BrokerConfig:
         self.values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
         self.explicit: set[str] = set()
         self.plugin: dict[str, str] = {}
+        self.listener_overrides: dict[tuple[str, str], Any] = {}  # (listener name, config) → value
         for name, raw in (overrides or {}).items():
             self.set(name, raw)
         self._check_request_bytes()
@@ -71,6 +74,9 @@ class BrokerConfig:
         return max(queued, self.get_int("socket.request.max.bytes"))
 
     def set(self, name: str, raw: str) -> None:
+        if name.startswith(LISTENER_PREFIX):
+            self._set_listener_override(name, raw)
+            return
         if name.startswith(PLUGIN_PREFIXES) and name not in BROKER_CONFIGS:
             self.plugin[name] = raw
             return
@@ -81,6 +87,18 @@ class BrokerConfig:
         self.explicit.add(name)
         if name in ("node.id", "broker.id"):
             self.values["node.id"] = self.values["broker.id"] = self.values[name]
+
+    def _set_listener_override(self, name: str, raw: str) -> None:
+        """Kafka's ``listener.name.<listener>.<config>``: an ssl.* setting for one listener."""
+        listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
+        d = BROKER_CONFIGS.get(key)
+        if not listener or d is None or not key.startswith("ssl."):
+            raise ConfigError(f"Unknown broker config name: {name} (listener.name.<listener>. prefixes ssl.* configs)")
+        self.listener_overrides[(listener.lower(), key)] = parse_value(d, raw)
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """``name`` for one listener: its ``listener.name.<listener>.`` override, else the global value."""
+        return self.listener_overrides.get((listener.lower(), name), self.values[name])
 
     def get(self, name: str) -> Any:
         return self.values[name]

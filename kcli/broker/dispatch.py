@@ -26,6 +26,8 @@ class ConnectionState:
     principal: str = "User:ANONYMOUS"
     sasl_mechanism: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    listener: str = "PLAINTEXT"  # the listener's name: Metadata answers with its addresses
+    sasl_listener: bool = False  # the listener's protocol is SASL_PLAINTEXT or SASL_SSL
 
 
 @dataclass

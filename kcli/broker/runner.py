@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kcli.broker.broker import Broker, DataDirError
 from kcli.broker.broker_config import BrokerConfig, read_properties
 from kcli.broker.configs import ConfigError
+from kcli.broker.listeners import Listener, parse_listeners
 from kcli.broker.server_properties import translate
 from kcli.errors import OperationError, UsageError
 
@@ -34,12 +35,16 @@ def default_data_dir() -> Path:
     return Path(base) / "kcli" / "data"
 
 
+LISTEN_SCHEMES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_LISTEN = "127.0.0.1:9092"
+
+
 def parse_listen(value: str, flag: str = "--listen") -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
+    """``HOST:PORT`` or ``[v6]:PORT``, optionally ``PROTOCOL://``; port 0 picks a free one."""
     v = value.strip()
-    for scheme in ("PLAINTEXT://", "SASL_PLAINTEXT://"):
-        if v.upper().startswith(scheme):
-            v = v[len(scheme):]
+    for scheme in LISTEN_SCHEMES:
+        if v.upper().startswith(scheme + "://"):
+            v = v[len(scheme) + 3:]
     if v.startswith("["):
         host, _, rest = v[1:].partition("]")
         port_s = rest.lstrip(":")
@@ -87,6 +92,8 @@ def load_settings(pairs: list[str] | dict[str, str], config_file: Path | None, e
                     raise UsageError(f"--config expects key=value, got {pair!r}")
                 k, v = pair.split("=", 1)
                 given[k.strip()] = v.strip()
+        if listen is not None and "listeners" in given:
+            raise ConfigError("give either --listen or --config listeners=NAME://HOST:PORT,..., not both")
         from_file = translate(file_props)
         from_flags = translate(given)
         if from_flags.unknown:
@@ -99,9 +106,15 @@ def load_settings(pairs: list[str] | dict[str, str], config_file: Path | None, e
         if (listen or from_flags.listen) and from_file.listen and "advertised.listeners" not in given:
             # the file's advertised address belongs to the file's listener, which was replaced
             from_file.configs.pop("advertised.listeners", None)
+        if listen or from_flags.listen or "listeners" in from_flags.configs:
+            # flags over the file: the file's listeners (Kafka's several-listener form) go with it
+            for key in ("listeners", "listener.security.protocol.map"):
+                from_file.configs.pop(key, None)
+            if "advertised.listeners" not in given:
+                from_file.configs.pop("advertised.listeners", None)
         values = {**from_file.configs, **from_flags.configs, **(extra or {})}
-        return BrokerSettings(BrokerConfig(values), data_dir or from_flags.data_dir or from_file.data_dir,
-                              listen or from_flags.listen or from_file.listen or DEFAULT_LISTEN, ignored)
+        chosen = listen or from_flags.listen or (None if "listeners" in values else from_file.listen or DEFAULT_LISTEN)
+        return BrokerSettings(BrokerConfig(values), data_dir or from_flags.data_dir or from_file.data_dir, chosen, ignored)
     except ConfigError as err:
         raise UsageError(str(err)) from None
 
@@ -121,45 +134,69 @@ def _is_loopback(host: str) -> bool:
 
 
 def _check_listener_protocol(listen: str, sasl: bool) -> None:
-    """An explicit ``PLAINTEXT://`` / ``SASL_PLAINTEXT://`` must agree with the SASL configs."""
+    """An explicit ``SASL_*://`` / ``PLAINTEXT://`` / ``SSL://`` must agree with the SASL configs."""
     scheme = listen.strip().split("://", 1)[0].upper() if "://" in listen else ""
-    if scheme == "SASL_PLAINTEXT" and not sasl:
-        raise UsageError("--listen SASL_PLAINTEXT://... needs sasl.enabled.mechanisms=PLAIN and sasl.plain.users.file")
-    if scheme == "PLAINTEXT" and sasl:
-        raise UsageError("--listen PLAINTEXT://... but sasl.enabled.mechanisms is set: use SASL_PLAINTEXT://HOST:PORT")
+    if scheme.startswith("SASL_") and not sasl:
+        raise UsageError(f"--listen {scheme}://... needs sasl.enabled.mechanisms=PLAIN and sasl.plain.users.file")
+    if scheme in ("PLAINTEXT", "SSL") and sasl:
+        raise UsageError(f"--listen {scheme}://... but sasl.enabled.mechanisms is set: use SASL_{scheme}://HOST:PORT")
 
 
-def run_foreground(data_dir: Path, listen: str, config: BrokerConfig, metrics_listen: str | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; print the listening line once connections are accepted."""
+def resolve_listeners(listen: str | None, config: BrokerConfig) -> tuple[list[Listener], bool]:
+    """The broker's listeners: ``--config listeners=...`` (Kafka's form, several at once) or the
+    one ``--listen`` listener. Also returns whether they came from the ``listeners`` config."""
+    if "listeners" in config.explicit:
+        if listen is not None:
+            raise UsageError("give either --listen or --config listeners=NAME://HOST:PORT,..., not both")
+        try:
+            return parse_listeners(config), True
+        except ConfigError as err:
+            raise UsageError(str(err)) from None
+    listen = listen or DEFAULT_LISTEN
     host, port = parse_listen(listen)
+    sasl = bool(config.get("sasl.enabled.mechanisms"))
+    _check_listener_protocol(listen, sasl)
+    scheme = listen.strip().split("://", 1)[0].upper() if "://" in listen else ""
+    proto = scheme or ("SASL_PLAINTEXT" if sasl else "PLAINTEXT")
+    return [Listener(proto, proto, host, port)], False
+
+
+def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, metrics_listen: str | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; print the listening line(s) once connections are accepted:
+    ``kcli broker listening on HOST:PORT`` for the ``--listen`` listener, one
+    ``kcli broker listening on NAME://HOST:PORT`` per listener of ``--config listeners=...``."""
+    listeners, named = resolve_listeners(listen, config)
     metrics_at = metrics_address(metrics_listen, config)
-    _check_listener_protocol(listen, bool(config.get("sasl.enabled.mechanisms")))
-    if not _is_loopback(host) and not config.get("sasl.enabled.mechanisms"):
-        sys.stderr.write(f"kcli: warning: listening on non-loopback address {host} without authentication\n")
+    for li in listeners:
+        if not li.sasl and not _is_loopback(li.host):
+            sys.stderr.write(f"kcli: warning: listening on non-loopback address {li.host} without authentication\n")
 
     async def main() -> None:
         try:
             from kcli.broker.server import KafkaServer  # protocol stack: loaded only to serve
 
-            broker = Broker(data_dir, config, host, port, server_factory=KafkaServer)
-        except ConfigError as err:  # e.g. a missing or malformed SASL users file
+            broker = Broker(data_dir, config, server_factory=KafkaServer, listeners=listeners)
+        except ConfigError as err:  # e.g. a missing or malformed SASL users file, a TLS key that does not load
             raise UsageError(str(err)) from None
         try:
-            h, p = await broker.start()
+            await broker.start()
         except DataDirError as err:
             raise OperationError(str(err)) from None
         except OSError as err:
             await broker.close()
             # asyncio's strerror repeats the address; a resolver error has a negative errno
             reason = os.strerror(err.errno) if err.errno and err.errno > 0 else (err.strerror or str(err))
-            raise OperationError(f"cannot listen on {host}:{port}: {reason}") from None
+            where = ", ".join(f"{li.host}:{li.port}" for li in listeners)
+            raise OperationError(f"cannot listen on {where}: {reason}") from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # before the line: a signal right after it stops cleanly
             loop.add_signal_handler(sig, lambda s=sig: (received.append(s), stop.set()))
         exporter = await start_exporter(broker, metrics_at)
-        started_log(broker, h, p, exporter)
-        sys.stdout.write(f"kcli broker listening on {h}:{p}\n")
+        started_log(broker, exporter)
+        for li, h, p in broker.bound:
+            sys.stdout.write(f"kcli broker listening on {li.name}://{h}:{p}\n" if named else
+                             f"kcli broker listening on {h}:{p}\n")
         sys.stdout.flush()
         await stop.wait()
         log.info("[KafkaServer id=%d] shutting down", broker.node_id, extra={"event": "broker.stopping"})
@@ -174,12 +211,12 @@ def run_foreground(data_dir: Path, listen: str, config: BrokerConfig, metrics_li
     return 128 + signal.SIGINT if received[:1] == [signal.SIGINT] else 0
 
 
-def started_log(broker: Broker, host: str, port: int, exporter: "MetricsExporter | None") -> None:
+def started_log(broker: Broker, exporter: "MetricsExporter | None") -> None:
     """Kafka's "[KafkaServer id=N] started" line, with what an operator checks first."""
-    listener = f"{'SASL_PLAINTEXT' if broker.sasl_enabled else 'PLAINTEXT'}://{host}:{port}"
-    log.info("[KafkaServer id=%d] started: listeners %s, cluster id %s, data dir %s%s", broker.node_id, listener,
+    listeners = [f"{li.name}://{h}:{p}" for li, h, p in broker.bound]
+    log.info("[KafkaServer id=%d] started: listeners %s, cluster id %s, data dir %s%s", broker.node_id, ",".join(listeners),
              broker.cluster_id, broker.data_dir, f", metrics http://{exporter.address}/metrics" if exporter else "",
-             extra={"event": "broker.started", "node_id": broker.node_id, "listeners": [listener],
+             extra={"event": "broker.started", "node_id": broker.node_id, "listeners": listeners,
                     "cluster_id": broker.cluster_id, "data_dir": str(broker.data_dir),
                     "metrics_listen": exporter.address if exporter else None})
 

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.authz import guarded
 from kcli.broker.connection import FrameSizeError, KafkaFrameProtocol
 from kcli.broker.heap import release_free_memory
+from kcli.broker.listeners import Listener, server_ssl_context, tls_principal
 from kcli.broker.read_budget import ReadBudget
 from kcli.broker.dispatch import HANDLERS, ConnectionState, RequestContext, load_all_handlers
 from kcli.broker.handlers.sasl import CLOSE, RAW_TOKEN, raw_token
@@ -34,6 +35,7 @@ PRODUCE_KEY = 0
 UNSUPPORTED_VERSION = 35
 # Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
 PRE_AUTH_APIS = frozenset({18, 17, 36})
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to a TLS listener and says nothing
 REFUSED_LINGER_S = 1.0  # see KafkaServer._linger
 IDLE_SWEEP_S = 2.0  # how often connections that received nothing give back their read buffer
 TRIM_AFTER_CLOSED = 32  # connections closed since the last sweep that make it return freed heap to the OS
@@ -57,11 +59,15 @@ def handler_error_code(err: BaseException) -> tuple[int, str]:
 
 
 class KafkaServer:
-    def __init__(self, broker: "Broker", host: str, port: int) -> None:
+    """All of the broker's listeners (kcli/broker/listeners.py): one socket each, TLS where the
+    listener's protocol says so; every connection knows its listener (SASL or not, Metadata's
+    addresses)."""
+
+    def __init__(self, broker: "Broker", listeners: "list[Listener]") -> None:
         self.broker = broker
-        self.host = host
-        self.port = port
-        self._server: asyncio.base_events.Server | None = None
+        self.listeners = list(listeners)
+        self.bound: list[tuple[Listener, str, int]] = []
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[Any]] = set()
         self._readers: set[asyncio.Task[Any]] = set()
         self.max_request_size = broker.config.get_int("socket.request.max.bytes")
@@ -74,17 +80,27 @@ class KafkaServer:
         load_all_handlers()
         self._fns: dict[int, Any] = {}  # each API's handler behind its authorization check (kcli/broker/authz.py)
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self) -> list[tuple[Listener, str, int]]:
+        """Bind every listener; returns (listener, host, port) with the ports actually bound."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaFrameProtocol(self._connected, self._initial_limit(), self.read_budget),
-            self.host, self.port, reuse_address=True,
-        )
-        sock = self._server.sockets[0]
-        host, port = sock.getsockname()[:2]
-        self.host, self.port = host, port
+        try:
+            for li in self.listeners:
+                ssl_ctx = server_ssl_context(self.broker.config, li.name) if li.tls else None
+                server = await loop.create_server(
+                    lambda li=li: KafkaFrameProtocol(lambda proto: self._connected(proto, li),
+                                                     self._initial_limit(li), self.read_budget),
+                    li.host, li.port, reuse_address=True, ssl=ssl_ctx,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_ctx else None,
+                )
+                self._servers.append(server)
+                host, port = server.sockets[0].getsockname()[:2]
+                self.bound.append((li, host, port))
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            raise
         self._sweeper = loop.create_task(self._release_idle_buffers())
-        return host, port
+        return list(self.bound)
 
     async def _release_idle_buffers(self) -> None:
         """Every IDLE_SWEEP_S, connections that received nothing since the last sweep drop their
@@ -109,8 +125,8 @@ class KafkaServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting and reading; answer requests already read (bounded), then close."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         for reader_task in list(self._readers):
@@ -122,21 +138,24 @@ class KafkaServer:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-    def _initial_limit(self) -> int:
-        return self.max_pre_auth_size if self.broker.sasl_enabled else self.max_request_size
+    def _initial_limit(self, listener: Listener) -> int:
+        return self.max_pre_auth_size if listener.sasl else self.max_request_size
 
-    def _connected(self, proto: KafkaFrameProtocol) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve_connection(proto))
+    def _connected(self, proto: KafkaFrameProtocol, listener: Listener) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_connection(proto, listener))
         self._connections.add(task)
         self._protocols.add(proto)
 
-    async def _serve_connection(self, proto: KafkaFrameProtocol) -> None:
+    async def _serve_connection(self, proto: KafkaFrameProtocol, listener: Listener) -> None:
         task = asyncio.current_task()
         assert task is not None
         reader = writer = proto
         peer_info = writer.get_extra_info("peername")
         peer = f"{peer_info[0]}:{peer_info[1]}" if peer_info else "?"
-        conn = ConnectionState(peer=peer, authenticated=not self.broker.sasl_enabled)
+        conn = ConnectionState(peer=peer, authenticated=not listener.sasl, listener=listener.name,
+                               sasl_listener=listener.sasl)
+        if listener.tls:
+            conn.principal = tls_principal(writer.get_extra_info("peercert")) or conn.principal
         responses: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
         sender = asyncio.create_task(self._send_in_order(responses, writer, peer))
         reading = asyncio.create_task(self._read_requests(reader, conn, responses, peer))

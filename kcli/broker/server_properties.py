@@ -7,8 +7,8 @@ and sorts the rest into settings kcli implements and settings it does not (liste
 at start, or refused with ``--strict``): a real Kafka file names many KRaft and thread-pool
 settings that a single kcli process has no use for.
 
-Multi-listener and TLS listeners are not handled here: a file whose broker listeners are more
-than one PLAINTEXT / SASL_PLAINTEXT listener is refused with a message saying so.
+One PLAINTEXT / SASL_PLAINTEXT broker listener becomes the listen address; several listeners, or
+TLS ones, pass through as the ``listeners`` config (kcli/broker/listeners.py).
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def _listener_name(entry: str) -> str:
 
 
 def _listeners(props: dict[str, str], out: ServerProperties) -> None:
-    """One PLAINTEXT or SASL_PLAINTEXT broker listener becomes the listen address; controller
-    listeners are KRaft's (listed as ignored); anything more is refused."""
+    """One PLAINTEXT or SASL_PLAINTEXT broker listener becomes the listen address; several, or TLS
+    ones, become the ``listeners`` config; controller listeners are KRaft's (listed as ignored)."""
     entries = [e.strip() for e in props.get("listeners", "").split(",") if e.strip()]
     if not entries:
         return
@@ -112,17 +112,22 @@ def _listeners(props: dict[str, str], out: ServerProperties) -> None:
             out.ignored.append(f"listeners {entry} (controller listener: kcli has no KRaft quorum)")
         else:
             served.append((name, entry))
-    if len(served) > 1:
-        raise ConfigError(f"listeners names {len(served)} broker listeners ({', '.join(e for _, e in served)}): this kcli "
-                          "serves one PLAINTEXT or SASL_PLAINTEXT listener; keep one (or give --listen HOST:PORT)")
     if not served:
         return
     name, entry = served[0]
     protocol = protocols.get(name)
-    if protocol is None:
-        raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
-    if protocol not in SERVED_PROTOCOLS:
-        raise ConfigError(f"listener {entry} uses {protocol}: this kcli serves PLAINTEXT or SASL_PLAINTEXT listeners only")
+    if len(served) > 1 or protocol not in SERVED_PROTOCOLS:
+        # Several listeners, or a TLS one: Kafka's form, served as the broker's `listeners`
+        # config (kcli/broker/listeners.py checks names, protocols and key material).
+        out.configs["listeners"] = ",".join(e for _, e in served)
+        if "listener.security.protocol.map" in props:
+            out.configs["listener.security.protocol.map"] = props["listener.security.protocol.map"]
+        adv = [e.strip() for e in props.get("advertised.listeners", "").split(",") if e.strip()]
+        names = {n for n, _ in served}
+        if adv:
+            out.configs["advertised.listeners"] = ",".join(e for e in adv if _listener_name(e) in names)
+            out.ignored += [f"advertised.listeners {e} (not a served listener)" for e in adv if _listener_name(e) not in names]
+        return
     address = entry.split("://", 1)[1]
     if address.startswith(":"):  # Kafka: an empty host binds every interface
         address = "0.0.0.0" + address
@@ -150,7 +155,7 @@ def translate(props: dict[str, str]) -> ServerProperties:
     timed = {n for n, _ in sum(_TIME_UNITS.values(), ())}
     prefixes = {p[0]: props.get(p[0], p[1]) for p in (_RSM_PREFIX, _RLMM_PREFIX)}
     for name, raw in props.items():
-        if name in _CONSUMED or name in timed or name in _TIME_UNITS or name == "advertised.listeners" and out.listen:
+        if name in _CONSUMED or name in timed or name in _TIME_UNITS or name == "advertised.listeners" and props.get("listeners"):
             continue
         mapped = next((target + name[len(prefixes[key]):] for key, _, target in (_RSM_PREFIX, _RLMM_PREFIX)
                        if prefixes[key] and name.startswith(prefixes[key])), None)

@@ -18,7 +18,7 @@ broker_app = typer.Typer(help="Run and inspect the embedded Kafka-compatible bro
 def start(
     ctx: typer.Context,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data directory (default: per-user, $KCLI_DATA_DIR)."),
-    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on; port 0 picks a free one (default: the config's listeners, else 127.0.0.1:9092)."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on; port 0 picks a free one (default: the config's listeners, else 127.0.0.1:9092). Several listeners: --config listeners=PLAINTEXT://HOST:PORT,SASL_SSL://HOST:PORT."),
     config: List[str] = typer.Option([], "--config", help="Broker config key=value (repeatable); overrides the config file."),
     config_file: Optional[Path] = typer.Option(None, "--config-file", help="Kafka server.properties file (log.dirs, listeners, node.id, log.retention.hours, ...); flags and --config override it."),
     strict: bool = typer.Option(False, "--strict", help="Refuse config-file settings kcli does not implement instead of ignoring them."),
@@ -82,9 +82,9 @@ def start(
         check_plugin_classes(cfg)  # a bad store URI or class: exit 2 before the data dir is made
     if settings.ignored:
         sys.stderr.write(f"kcli: warning: {ignored_line(settings.ignored, str(config_file or '--config'))}\n")
-    from kcli.broker.runner import metrics_address, parse_listen
+    from kcli.broker.runner import metrics_address, resolve_listeners
 
-    parse_listen(settings.listen)
+    resolve_listeners(settings.listen, cfg)
     metrics_address(metrics_listen, cfg)
     if daemon:  # everything above checked here too: a bad flag is exit 2 now, not a failed background start
         from kcli.ops.broker_process import daemon_argv, start_daemon

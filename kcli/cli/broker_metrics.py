@@ -15,8 +15,9 @@ from kcli.cli.common import GlobalOptions
 from kcli.errors import KcliError, OperationError
 
 
-def targets(opts: GlobalOptions, node_id: int | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """(address, what to add to its document) per broker to ask: ``node_id``'s, else all."""
+def targets(opts: GlobalOptions, node_id: int | None = None) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    """(address, what to add to its document, client security properties) per broker to ask:
+    ``node_id``'s, else all."""
     from kcli.broker.embedded import default_data_dir, running_broker
     from kcli.ops.connection import connect, resolve
 
@@ -25,19 +26,19 @@ def targets(opts: GlobalOptions, node_id: int | None = None) -> list[tuple[str, 
         if running is None:
             raise OperationError(
                 "no broker to ask: give --bootstrap-server (or --context), or start one with `kcli broker start`")
-        return [(running.bootstrap, {})]
+        return [(running.bootstrap, {}, {})]
     from kcli.ops.brokers import cluster_view
 
     with connect(opts) as conn:
         view = cluster_view(conn)
     chosen = [view.broker(node_id)] if node_id is not None else view.brokers
-    return [(view.address(b), {"address": view.address(b)}) for b in chosen]
+    return [(view.address(b), {"address": view.address(b)}, conn.properties) for b in chosen]
 
 
-def fetch_metrics(bootstrap: str) -> dict[str, Any]:
+def fetch_metrics(bootstrap: str, properties: dict[str, str] | None = None) -> dict[str, Any]:
     from kcli.diskless.admin_api import BROKER_METRICS_KEY, call
 
-    return call(bootstrap, BROKER_METRICS_KEY, {})
+    return call(bootstrap, BROKER_METRICS_KEY, {}, properties=properties)
 
 
 def _fmt(v: Any) -> str:
@@ -84,9 +85,9 @@ def run(opts: GlobalOptions, node_id: int | None = None) -> None:
     docs: list[dict[str, Any]] = []
     failed: list[str] = []
     asked = targets(opts, node_id)
-    for address, extra in asked:
+    for address, extra, properties in asked:
         try:
-            doc = {**fetch_metrics(address), **extra}
+            doc = {**fetch_metrics(address, properties), **extra}
         except KcliError as err:
             failed.append(f"broker at {address}: {err}")
             continue

@@ -10,7 +10,7 @@ from typing import Any
 from kcli.broker.groups import OffsetStore
 from kcli.broker.transactions import TransactionLog
 from kcli.broker.metadata_log import ClusterState, MetadataLog
-from kcli.cluster.state import BrokerRegistration, RecordsListener
+from kcli.cluster.state import BrokerRegistration, RecordsListener, endpoints_of
 from kcli.tiered.metadata import RemoteLogMetadataStore
 
 
@@ -54,8 +54,9 @@ class LocalClusterStore:
     def set_offsets_listener(self, listener: Any) -> None:
         pass
 
-    def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
-        self._me = BrokerRegistration(node_id, host, port, rack)
+    def register_broker(self, node_id: int, rack: str | None, host: str, port: int,
+                        listeners: list[dict[str, Any]] | None = None) -> None:
+        self._me = BrokerRegistration(node_id, host, port, rack, listeners=endpoints_of(listeners))
 
     def renew_lease(self) -> None:
         pass

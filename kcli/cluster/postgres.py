@@ -61,6 +61,7 @@ from kcli.cluster.state import (
     OffsetsListener,
     RecordsListener,
     StoreSettings,
+    endpoints_of,
 )
 from kcli.protocol.errors import BrokerError
 
@@ -340,8 +341,9 @@ class PostgresClusterStore:
             return
         self._offsets_listener(changes)
 
-    def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
-        listeners = [{"name": "PLAINTEXT", "host": host, "port": port}]
+    def register_broker(self, node_id: int, rack: str | None, host: str, port: int,
+                        listeners: list[dict[str, Any]] | None = None) -> None:
+        listeners = listeners or [{"name": "PLAINTEXT", "host": host, "port": port}]
         try:
             self.node_id = node_id
             # Holding the node lock proves every other registration of node_id is a dead process's:
@@ -366,7 +368,7 @@ class PostgresClusterStore:
                         "use another --node-id or stop that broker")
         except DB_ERRORS as err:
             raise ClusterStoreError(f"cannot register with the cluster database {redact(self.url)}: {reason(err)}") from None
-        self._me = BrokerRegistration(node_id, host, port, rack, str(self.incarnation))
+        self._me = BrokerRegistration(node_id, host, port, rack, str(self.incarnation), endpoints_of(listeners))
         self.refresh_brokers()
 
     def renew_lease(self) -> None:
@@ -380,7 +382,8 @@ class PostgresClusterStore:
         if not renewed:  # our lease ran out (database unreachable too long) and the row was replaced or removed
             log.error("the registration of node %d was lost; registering again", self._me.node_id)
             try:
-                self.register_broker(self._me.node_id, self._me.rack, self._me.host, self._me.port)
+                self.register_broker(self._me.node_id, self._me.rack, self._me.host, self._me.port,
+                                     [{"name": n, "host": h, "port": p} for n, h, p in self._me.listeners] or None)
             except ClusterStoreError as err:
                 log.error("%s", err)
 
@@ -389,9 +392,10 @@ class PostgresClusterStore:
             rows = conn.execute(_LIVE_BROKERS).fetchall()
         live = []
         for node_id, rack, listeners, inc in rows:
-            first = (listeners or [{}])[0] if isinstance(listeners, list) else json.loads(listeners)[0]
+            entries = listeners if isinstance(listeners, list) else json.loads(listeners)
+            first = (entries or [{}])[0]
             live.append(BrokerRegistration(int(node_id), str(first.get("host", "")), int(first.get("port", 0)),
-                                           rack, str(inc)))
+                                           rack, str(inc), endpoints_of(entries)))
         self._live = live
 
     def live_brokers(self) -> list[BrokerRegistration]:

@@ -35,6 +35,17 @@ class NodeIdInUseError(ClusterStoreError):
     """Another live broker process holds this node id's registration lease."""
 
 
+def endpoints_of(listeners: list[dict[str, Any]] | None) -> tuple[tuple[str, str, int], ...]:
+    """Registered listener entries ({name, host, port, ...}, as stored in JSON) as tuples."""
+    out = []
+    for entry in listeners or []:
+        try:
+            out.append((str(entry["name"]), str(entry["host"]), int(entry["port"])))
+        except (KeyError, TypeError, ValueError):
+            continue  # a row written by something else: skip the entry, keep the broker
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class BrokerRegistration:
     """A broker as Metadata responses list it (Kafka's RegisterBrokerRecord, reduced)."""
@@ -44,6 +55,18 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     incarnation: str = ""
+    # Every listener as (name, host, port); empty: only the one above, whatever the listener.
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of ``listener`` reach this broker; None if it has no such listener
+        (Kafka then leaves the broker out of the Metadata answer)."""
+        if not self.listeners:
+            return self.host, self.port
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass
@@ -91,8 +114,11 @@ class ClusterStateStore(Protocol):
     def set_offsets_listener(self, listener: OffsetsListener | None) -> None:
         """Who hears of offsets other brokers published (called on the event loop)."""
 
-    def register_broker(self, node_id: int, rack: str | None, host: str, port: int) -> None:
-        """Register this broker; NodeIdInUseError if another live process holds ``node_id``."""
+    def register_broker(self, node_id: int, rack: str | None, host: str, port: int,
+                        listeners: list[dict[str, Any]] | None = None) -> None:
+        """Register this broker (``listeners``: every listener as {name, host, port,
+        security_protocol}; the first is host:port); NodeIdInUseError if another live process
+        holds ``node_id``."""
 
     def renew_lease(self) -> None:
         """Extend this broker's registration lease."""

@@ -92,15 +92,17 @@ def encode_doc(doc: Any) -> str:
     return json.dumps(doc, separators=(",", ":"), default=str)
 
 
-def call(bootstrap: str, api_key: int, doc: dict[str, Any] | None = None, *, timeout: float = 30.0) -> Any:
+def call(bootstrap: str, api_key: int, doc: dict[str, Any] | None = None, *, timeout: float = 30.0,
+         properties: dict[str, str] | None = None) -> Any:
     """Send one admin request to ``bootstrap`` and return the decoded result document.
+    ``properties``: the client's security settings (kcli/protocol/security.py).
 
     Raises KafkaApiError with the broker's error name when error_code != 0."""
     from kcli.errors import KafkaApiError, OperationError
     from kcli.protocol.client import WireClient
     from kcli.protocol.errors import error_name
 
-    with WireClient(bootstrap, timeout=timeout) as client:
+    with WireClient(bootstrap, timeout=timeout, properties=properties) as client:
         resp = client.request(api_key, VERSION, {"json": encode_doc(doc or {})})
     try:
         result = json.loads(resp.json) if resp.json else {}

@@ -214,6 +214,11 @@ def to_kcli_error(err: KafkaError | BaseException, context: str = "") -> KafkaAp
     return KafkaApiError(kafka_error_name(err), message, err.code() if err.code() >= 0 else None)
 
 
+def _untrusted(err: KafkaError) -> bool:
+    """A TLS handshake refused for the broker's certificate: retrying cannot help."""
+    return "certificate verify failed" in (err.str() or "")
+
+
 class ClientErrors:
     """error_cb target: remembers the first error that means no request can succeed."""
 
@@ -229,13 +234,15 @@ class ClientErrors:
             self.last_transport = err
         if self.fatal is not None:
             return
-        if err.fatal() or code in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+        if err.fatal() or code in (KafkaError._AUTHENTICATION, KafkaError._SSL) or _untrusted(err):
             self.fatal = err
         elif code == KafkaError._ALL_BROKERS_DOWN and self.fail_on_brokers_down:
             self.fatal = self.last_transport or err
 
     def check(self) -> None:
         if self.fatal is not None:
+            if _untrusted(self.fatal):  # librdkafka reports it as _TRANSPORT or _SSL, by timing
+                raise KafkaApiError("SSL_AUTHENTICATION_FAILED", f"cannot reach {self.bootstrap}: {self.fatal.str()}")
             if self.fatal.code() in (KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN):
                 raise to_kcli_error(self.fatal, f"cannot reach {self.bootstrap}")
             raise to_kcli_error(self.fatal)

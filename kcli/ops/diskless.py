@@ -111,7 +111,8 @@ class OnlineDiskless:
         targets = self._targets()[:1] if controller_only else self._targets()
         for i, address in enumerate(targets):
             try:
-                return admin_api.call(address, key, doc, timeout=timeout)
+                return admin_api.call(address, key, doc, timeout=timeout,
+                                      properties=self._conn.properties if self._conn is not None else None)
             except KafkaApiError:
                 raise
             except OperationError:  # unreachable (e.g. just died, lease not yet expired): the next one

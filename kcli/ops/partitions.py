@@ -126,11 +126,7 @@ class ShrinkPlan:
 def _wire_client(conn: Connection, address: str | None = None) -> Any:
     from kcli.protocol.client import WireClient
 
-    protocol = str(conn.properties.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol != "PLAINTEXT":
-        raise OperationError(f"DeletePartitions is sent by kcli's own protocol client, which speaks PLAINTEXT only "
-                             f"(this connection uses security.protocol={protocol})")
-    return WireClient(address or first_bootstrap(conn.bootstrap), timeout=conn.timeout_s)
+    return WireClient(address or first_bootstrap(conn.bootstrap), timeout=conn.timeout_s, properties=conn.properties)
 
 
 def _check_supported(client: Any, key: int) -> None:

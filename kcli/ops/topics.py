@@ -407,7 +407,7 @@ def _local_log_starts(conn: Connection, partitions: list[tuple[str, Any]]) -> di
             continue
         by_leader.setdefault(f"{p.leader.host}:{p.leader.port}", {}).setdefault(topic, []).append(p.id)
     out: dict[tuple[str, int], int] = {}
-    if not by_leader or str(conn.properties.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
+    if not by_leader:
         return out
     from kcli.errors import OperationError
     from kcli.protocol.client import WireClient
@@ -418,7 +418,7 @@ def _local_log_starts(conn: Connection, partitions: list[tuple[str, Any]]) -> di
                                         "timestamp": EARLIEST_LOCAL_TIMESTAMP} for p in ps]}
             for t, ps in topics.items()]}
         try:
-            with WireClient(address, timeout=conn.timeout_s) as wire:
+            with WireClient(address, timeout=conn.timeout_s, properties=conn.properties) as wire:
                 resp = wire.request(2, 8, body)
         except OperationError:
             continue

@@ -63,7 +63,9 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     "node_id": -1, "host": "", "port": -1}
         unavailable = {"key": key, "error_code": g.COORDINATOR_NOT_AVAILABLE,
                        "error_message": "The coordinator is not available.", "node_id": -1, "host": "", "port": -1}
-        node, host, port = b.node_id, b.advertised_host, b.advertised_port
+        node = b.node_id
+        host, port = next(((e.host, e.port) for e in b.endpoints if e.name == ctx.connection.listener),
+                          (b.advertised_host, b.advertised_port))
         if key_type == KEY_TYPE_GROUP:
             coord = _coordinator(ctx)
             if coord is None:
@@ -71,9 +73,10 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
             node = coord.coordinator_of(key)
             if node != b.node_id:  # another live broker coordinates this group
                 reg = next((r for r in b.metadata.live_brokers() if r.node_id == node), None)
-                if reg is None:
+                endpoint = reg.endpoint(ctx.connection.listener) if reg is not None else None
+                if endpoint is None:
                     return unavailable
-                host, port = reg.host, reg.port
+                host, port = endpoint
         return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": node, "host": host, "port": port}
 
     if ctx.api_version >= 4:

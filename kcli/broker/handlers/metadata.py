@@ -20,8 +20,15 @@ AUTHORIZED_OPS_OMITTED = -2147483648
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    """Brokers with a live registration (kcli/cluster/); this broker at least, since it answers."""
-    return [{"node_id": r.node_id, "host": r.host, "port": r.port, "rack": r.rack} for r in ctx.broker.live_brokers()]
+    """Brokers with a live registration (kcli/cluster/); this broker at least, since it answers.
+    Each at its address on the listener the client connected to (Kafka's rule); a broker
+    without that listener is left out."""
+    out = []
+    for r in ctx.broker.live_brokers():
+        endpoint = r.endpoint(ctx.connection.listener)
+        if endpoint is not None:
+            out.append({"node_id": r.node_id, "host": endpoint[0], "port": endpoint[1], "rack": r.rack})
+    return out
 
 
 def controller_id(ctx: RequestContext) -> int:

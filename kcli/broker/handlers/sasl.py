@@ -35,7 +35,7 @@ SCRAM = "sasl_scram"  # conn.extra: the ScramServer of an exchange in progress
 async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
     conn = ctx.connection
     broker = ctx.broker
-    if not broker.sasl_enabled:
+    if not conn.sasl_listener:
         return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
     mechanisms = enabled_mechanisms(broker.config)
     if conn.authenticated:
@@ -56,10 +56,10 @@ async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handler(36, "SaslAuthenticate", 0, 2)
 async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
     conn = ctx.connection
-    if not ctx.broker.sasl_enabled or conn.authenticated:
+    if not conn.sasl_listener or conn.authenticated:
         return {"error_code": ILLEGAL_SASL_STATE,
                 "error_message": "SaslAuthenticate request received after successful authentication"
-                if conn.authenticated and ctx.broker.sasl_enabled else "SASL is not enabled on this listener"}
+                if conn.authenticated and conn.sasl_listener else "SASL is not enabled on this listener"}
     if conn.sasl_mechanism is None or conn.extra.get(RAW_TOKEN):
         conn.extra[CLOSE] = True
         return {"error_code": ILLEGAL_SASL_STATE,
