@@ -92,7 +92,8 @@ log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
 """
 
-KRAFT_ONLY = ["process.roles", "inter.broker.listener.name", "controller.listener.names", "num.network.threads",
+# (inter.broker.listener.name is accepted: brokers share state through the database, so it has no effect; docs/security.md)
+KRAFT_ONLY = ["process.roles", "controller.listener.names", "num.network.threads",
               "num.io.threads", "socket.send.buffer.bytes", "offsets.topic.replication.factor",
               "listeners CONTROLLER://:9093"]
 
@@ -198,15 +199,26 @@ def test_retention_units_follow_kafkas_precedence(props: dict[str, str], expecte
     ({"log.dirs": "/a,/b"}, "log.dirs names 2 directories (/a, /b): kcli keeps one data dir"),
     ({"log.retention.hours": "a week"}, "log.retention.hours"),
     ({"node.id": "1", "broker.id": "2"}, "node.id (1) and broker.id (2) must be the same"),
-    ({"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://:9094"}, "this kcli serves one PLAINTEXT or SASL_PLAINTEXT"),
-    ({"listeners": "SSL://:9093"}, "uses SSL"),
     ({"listeners": "127.0.0.1:9092"}, "expected NAME://HOST:PORT"),
-    ({"listeners": "EXTERNAL://:9092"}, "listener EXTERNAL is not in listener.security.protocol.map"),
+    ({"listeners": "PLAINTEXT://:9092", "listener.security.protocol.map": "BROKEN"}, "listener.security.protocol.map"),
 ])
 def test_what_kcli_cannot_serve_is_refused_naming_the_setting(props: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         translate(props)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("props", [
+    {"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://:9094"},
+    {"listeners": "SSL://:9093"},
+    {"listeners": "EXTERNAL://:9092"},  # the broker's listeners parser names the missing map entry
+])
+def test_several_or_tls_listeners_pass_through_as_the_listeners_config(props: dict[str, str]) -> None:
+    out = translate({**props, "advertised.listeners": "PLAINTEXT://h:9092,CONTROLLER://h:9093",
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,"
+                                                       "EXTERNAL:SSL,CONTROLLER:PLAINTEXT"})
+    assert out.listen is None and out.configs["listeners"] == props["listeners"]
+    assert "listener.security.protocol.map" in out.configs
 
 
 def test_listeners_log_dirs_and_plugin_prefixes_map_to_kcli_settings() -> None:
@@ -328,7 +340,7 @@ def test_auto_create_disabled_in_the_file(tmp_path: Path, start_broker) -> None:
 
 @pytest.mark.parametrize("text, needle", [
     ("log.dirs=/tmp/a,/tmp/b\n", "kcli keeps one data dir"),
-    ("listeners=PLAINTEXT://:9092,SSL://:9093\n", "serves one PLAINTEXT or SASL_PLAINTEXT listener"),
+    ("listeners=PLAINTEXT://:9092\nlistener.security.protocol.map=BROKEN\n", "listener.security.protocol.map"),
     ("log.retention.hours=forever\n", "Invalid value forever for configuration log.retention.hours"),
     ("num.partitions=0\n", "Invalid value 0 for configuration num.partitions"),
     ("just-a-word\n", "expected key=value"),
