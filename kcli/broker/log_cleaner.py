@@ -109,11 +109,7 @@ class LogCleanerExtension(BrokerExtension):
                 key, f"{key[0]}-{key[1]}", lambda k=key, lg=lg: self._in_thread(self.cleaner.clean, k, lg, _now_ms()))
             if result is not None:
                 passes += 1
-                m = self.broker.metrics
-                m.inc("log.cleaner.runs")
-                m.inc("log.cleaner.bytes.read", result.bytes_read)
-                m.inc("log.cleaner.bytes.written", result.bytes_written)
-                m.inc("log.cleaner.records.removed", result.records_removed)
+                result.count(self.broker.metrics, "log.cleaner")
                 worst = max(worst, result.ratio)
         self.max_dirty_percent = 100.0 * worst
         return passes

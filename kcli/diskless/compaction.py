@@ -186,11 +186,7 @@ class DisklessLogCleaner:
                                            functools.partial(self.clean, t, p, _now_ms()))
             if result is not None:
                 passes += 1
-                m = self.engine.metrics
-                m.inc("diskless.log.cleaner.runs")
-                m.inc("diskless.log.cleaner.bytes.read", result.bytes_read)
-                m.inc("diskless.log.cleaner.bytes.written", result.bytes_written)
-                m.inc("diskless.log.cleaner.records.removed", result.records_removed)
+                result.count(self.engine.metrics, "diskless.log.cleaner")
         return passes
 
     async def clean(self, t: "TopicState", partition: int, now_ms: int) -> CleanResult | None:

@@ -35,7 +35,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from crc32c import crc32c
 
@@ -292,6 +292,14 @@ class CleanResult:
     segments_swapped: int = 0
     delete_horizon: int | None = None  # the earliest horizon of a tombstone still kept
     aborted: bool = False  # retention removed a segment meanwhile: checkpoint not moved
+
+    def count(self, metrics: Any, prefix: str) -> None:
+        """One pass in the cleaner metrics (``<prefix>.runs``, ``.bytes.read``, ...), the same
+        names for the classic (``log.cleaner``) and the diskless (``diskless.log.cleaner``) cleaner."""
+        metrics.inc(f"{prefix}.runs")
+        metrics.inc(f"{prefix}.bytes.read", self.bytes_read)
+        metrics.inc(f"{prefix}.bytes.written", self.bytes_written)
+        metrics.inc(f"{prefix}.records.removed", self.records_removed)
 
 
 def build_offset_map(segs: list[CleanableSegment], first_dirty: int, upper: int,
