@@ -87,6 +87,8 @@ def run(
                              f"{state.state_path(file)}: run it again to resume\n")
             raise SystemExit(130) from None
     if opts.output == OutputFormat.table:
+        if dry_run:
+            report.print_plan(result)
         report.print_summary(result)
     else:
         render(result.to_dict(), opts.output)
