@@ -686,3 +686,52 @@ def test_dry_run_whole_lifecycle_and_failures(broker_factory, tmp_path: Path, kc
     table = kcli("runbook", "run", str(path), "--dry-run")
     assert table.returncode == 1
     assert "would fail: TOPIC_UNDER_CHANGES: partitions 1..1 of 'life' are read-only" in table.stdout
+
+
+def test_every_operation_can_be_planned() -> None:
+    from kcli.runbook import operations
+
+    assert [name for name, op in operations.REGISTRY.items() if op.simulate is None] == []
+
+
+def test_dry_run_plans_tiering_and_diskless(broker_factory, tmp_path: Path, kcli: Kcli) -> None:  # noqa: ANN001
+    """KIP-950 disable/enable on a topic that exists only in the plan; tiering refused on diskless."""
+    b = broker_factory(TIERED_BROKER, name="plan-tiered")
+    conn = Connection(b.bootstrap)
+    path = write(tmp_path, f"""
+        bootstrap_server: {b.bootstrap}
+        steps:
+          - topics.create: {{topic: tiered, configs: {{remote.storage.enable: "true"}}}}
+          - topics.alter: {{topic: tiered, disable_tiering: true, policy: delete}}
+          - topics.alter: {{topic: tiered, enable_tiering: true}}
+          - topics.alter: {{topic: tiered, configs: {{cleanup.policy: compact}}}}
+          - topics.create: {{topic: dl, diskless: true, partitions: 2}}
+          - topics.alter: {{topic: dl, enable_tiering: true}}
+          - topics.alter: {{topic: dl, disable_tiering: true}}
+          - diskless.describe: {{topic: tiered}}
+          - diskless.verify: {{}}
+        """)
+    before = _cluster_snapshot(conn)
+    proc = kcli("-o", "json", "runbook", "run", str(path), "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    plans = [s["plan"] for s in json.loads(proc.stdout)["steps"]]
+    assert [(p["action"], p["result"], p["error"]) for p in plans] == [
+        ("create", "ok", None),
+        ("change", "ok", None),
+        ("change", "ok", None),
+        ("change", "would fail", "INVALID_CONFIG"),
+        ("create", "ok", None),
+        ("change", "would fail", "INVALID_CONFIG"),
+        ("none", "ok", None),
+        ("read", "would fail", None),
+        ("read", "ok", None)]
+    assert plans[0]["change"] == "tiered, 1 partition(s), rf 1, remote.storage.enable=true"
+    assert plans[1]["change"] == "disable tiering: remote.storage.enable=false,remote.log.disable.policy=delete"
+    assert plans[2]["change"] == "enable tiering: remote.storage.enable=true,-remote.log.disable.policy"
+    assert plans[3]["reason"] == "Remote log storage is unsupported for the compacted topics"
+    assert plans[4]["change"] == "diskless, 2 partition(s), rf 1, diskless.enable=true"
+    assert plans[5]["reason"] == "remote.storage.enable cannot be set on a diskless topic"
+    assert plans[6]["change"].startswith("tiering is already off on topic dl")
+    assert plans[7]["reason"] == "topic 'tiered' is not a diskless topic"
+    assert plans[8]["simulated"] is False and plans[8]["notes"]
+    assert _cluster_snapshot(conn) == before == {}

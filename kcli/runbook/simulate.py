@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, parse_value
+from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, normalise_topic_configs
 from kcli.errors import KcliError
 from kcli.ops.connection import Connection
 
@@ -177,17 +177,10 @@ def _topic_name(name: str) -> None:
 def check_configs(model: ClusterModel, configs: dict[str, str | None], topic: TopicModel | None) -> dict[str, str]:
     """Parse configs with the broker's parser (kcli/broker/configs.py) and apply its cross-config
     rules; ``topic`` None means creating. Returns the normalised values."""
-    out: dict[str, str] = {}
-    for name, raw in configs.items():
-        d = TOPIC_CONFIGS.get(name)
-        if d is None:
-            raise WouldFail(INVALID_CONFIG, f"Unknown topic config name: {name}")
-        if raw is None:
-            raise WouldFail(INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
-        try:
-            out[name] = format_value(d, parse_value(d, raw)) or ""
-        except ConfigError as err:
-            raise WouldFail(INVALID_CONFIG, str(err)) from None
+    try:
+        out = normalise_topic_configs(configs)
+    except ConfigError as err:
+        raise WouldFail(INVALID_CONFIG, str(err)) from None
     if topic is not None and "diskless.enable" in out:
         raise WouldFail(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
     diskless = out.get("diskless.enable") == "true" if topic is None else topic.diskless
