@@ -284,8 +284,8 @@ class Runner:
         """Read the live state once, for the topics the steps to plan name (wait_for's too)."""
         if self._model is None:
             if any(operations.get(s.op).needs_connection for s in self._pending):  # type: ignore[union-attr]
-                names = {n for s in self._pending for n in topic_names(s.op, s.args)}
-                names |= {n for s in self._pending if s.wait_for for n in topic_names(s.op, s.wait_for.args)}
+                names = {n for s in self._pending for n in topic_names(s.args)}
+                names |= {n for s in self._pending if s.wait_for for n in topic_names(s.wait_for.args)}
                 self._model = read_cluster(self.connection(), names)
             else:
                 self._model = ClusterModel({}, {})
@@ -296,7 +296,7 @@ class Runner:
         op = operations.get(step.op)
         assert op is not None and op.simulate is not None
         t0 = time.monotonic()
-        names = topic_names(step.op, step.args)
+        names = topic_names(step.args)
         plan: dict[str, Any] = {"op": step.op, "args": step.args, "action": PLAN_ACTIONS.get(step.op, "read"),
                                 "resource": ", ".join(f"topic {n}" for n in names) or "cluster", "change": None,
                                 "result": "ok", "error": None, "reason": None,
@@ -333,7 +333,6 @@ class Runner:
             plan.update(result="would fail", reason=rep.error)
         rep.plan = plan
         rep.duration_ms = int((time.monotonic() - t0) * 1000)
-
 
 
 def _show(value: Any) -> str:

@@ -424,7 +424,7 @@ def sleep(model: ClusterModel, a: Args) -> Planned:
     return Planned("wait", "-", f"{a['duration']:g}s")
 
 
-def topic_names(op: str, a: Args) -> list[str]:
+def topic_names(a: Args) -> list[str]:
     """The topics a step touches: resources for dependencies, and what read_cluster describes."""
     names = [a["topic"]] if isinstance(a.get("topic"), str) else []
     return names + [n for n in a.get("topics") or [] if isinstance(n, str)]
