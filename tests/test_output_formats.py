@@ -467,6 +467,13 @@ def _build(w: World) -> None:
         "    expect: {path: partition_count, equals: 3}\n"
         "    wait_for: {describe: topics, topic: orders, path: kind, equals: classic, timeout: 10s}\n"
         "  - diskless.describe: {topic: dl}\n")
+    w.files["plan-runbook"] = w.tmp / "plan.yaml"  # a dry run: a topic created, then a live one changed
+    w.files["plan-runbook"].write_text(
+        "steps:\n"
+        "  - topics.create: {topic: planned-only, partitions: 2}\n"
+        "    wait_for: {describe: topics, topic: planned-only, path: partition_count, equals: 2, timeout: 10s}\n"
+        "  - topics.alter: {topic: orders, configs: {retention.ms: '3600000'}}\n"
+        "    expect: {path: changed, equals: true}\n")
     w.files["bad-runbook"] = w.tmp / "bad.yaml"
     w.files["bad-runbook"].write_text("steps:\n  - topics.create: {topic: x, partitions: three}\n  - bogus: 1\n")
 
@@ -647,6 +654,9 @@ CASES = [
          lambda w, f: ["runbook", "run", str(w.files["runbook"]), "--restart", "-b", w.b],
          volatile=("started_at", "duration_ms", "steps[].duration_ms", "steps[].wait.polls",
                    "steps[].wait.waited_ms")),
+    Case("runbook-run-dry", "runbook run", "kcli runbook run",
+         lambda w, f: ["runbook", "run", str(w.files["plan-runbook"]), "--dry-run", "-b", w.b],
+         volatile=("started_at", "duration_ms", "steps[].duration_ms")),
     Case("transactions-list", "transactions list", "kcli transactions list",
          lambda w, f: ["transactions", "list", "-b", w.b]),
     Case("transactions-describe", "transactions describe", "kcli transactions describe",

@@ -428,12 +428,13 @@ def test_json_report_on_error_continue_and_exit_codes(shared_broker,  # noqa: AN
     assert waited["wait"]["ok"] is False and waited["wait"]["polls"] >= 2 and waited["wait"]["last_value"] == 3
     assert 600 <= waited["wait"]["waited_ms"] < 20000  # bounded by the timeout plus one slow poll
 
-    # YAML output is the same document
+    # YAML output is the same document; the dry run plans the steps that failed, and they would fail again
     as_yaml = kcli("-o", "yaml", "runbook", "run", str(path), "--dry-run")
-    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert as_yaml.returncode == 1, as_yaml.stderr
     doc = yaml.safe_load(as_yaml.stdout)
     assert doc["dry_run"] is True and [s["outcome"] for s in doc["steps"]] == [
-        "skipped", "dry-run", "dry-run", "skipped", "skipped", "skipped", "dry-run"]
+        "skipped", "failed", "failed", "skipped", "skipped", "skipped", "dry-run"]
+    assert [doc["steps"][i]["plan"]["error"] for i in (1, 2)] == ["UNKNOWN_TOPIC_OR_PARTITION"] * 2
 
 
 def test_dry_run_lock_and_connection_free_steps(tmp_path: Path,  # noqa: F811
@@ -582,3 +583,155 @@ def test_example_diskless_topic(broker_factory,  # noqa: F811, ANN001
     report = json.loads(again.stdout)
     assert report["target"] == "context=lab" and report["summary"]["skipped"] == 6
     assert [s["reason"].startswith("finished in an earlier run") for s in report["steps"]] == [True] * 6
+
+
+# ---- dry run: a plan against the cluster as the earlier steps would leave it ----------------------
+
+
+def _cluster_snapshot(conn: Connection) -> dict[str, tuple[int, dict[str, str | None]]]:
+    from kcli.ops.topics import list_topics
+
+    names = [t.topic for t in list_topics(conn, exclude_internal=True)]
+    return {d.topic: (d.partition_count, dict(d.configs)) for d in describe_topics(conn, names)} if names else {}
+
+
+def test_dry_run_plans_create_then_alter(shared_broker, tmp_path: Path, kcli: Kcli) -> None:  # noqa: ANN001
+    """Issue #18: step 2 alters the topic step 1 creates; the plan must not ask the live cluster."""
+    conn = Connection(shared_broker.bootstrap)
+    path = write(tmp_path, f"""
+        bootstrap_server: {shared_broker.bootstrap}
+        steps:
+          - topics.create: {{topic: plan-new, partitions: 2}}
+          - topics.alter: {{topic: plan-new, configs: {{retention.ms: "60000"}}, partitions: 4}}
+        """)
+    before = _cluster_snapshot(conn)
+    dry = kcli("runbook", "run", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    table = dry.stdout[dry.stdout.index("Plan:\n"):].splitlines()
+    assert table[1].split() == ["STEP", "ACTION", "RESOURCE", "CHANGE", "RESULT"]
+    assert table[2].split()[:4] == ["1", "topics.create", "plan-new", "create"] and table[2].endswith(" ok")
+    assert "classic, 2 partition(s), rf 1" in table[2]
+    assert "retention.ms=60000; partitions 2 -> 4" in table[3] and table[3].endswith(" ok")
+    assert _cluster_snapshot(conn) == before  # nothing was created
+    assert "plan-new" not in before
+
+    as_json = json.loads(kcli("-o", "json", "runbook", "run", str(path), "--dry-run").stdout)
+    plans = [s["plan"] for s in as_json["steps"]]
+    assert [(p["action"], p["resource"], p["result"]) for p in plans] == [
+        ("create", "topic plan-new", "ok"), ("change", "topic plan-new", "ok")]
+    assert as_json["outcome"] == "ok" and as_json["summary"]["dry-run"] == 2
+
+
+SHRINK_BROKER = {"delete.topic.partition.enable": "true", "delete.topic.partition.interval.delay.ms": "200"}
+
+
+def test_dry_run_whole_lifecycle_and_failures(broker_factory, tmp_path: Path, kcli: Kcli) -> None:  # noqa: ANN001
+    b = broker_factory(SHRINK_BROKER, name="plan")
+    conn = Connection(b.bootstrap)
+    create_topic(b.bootstrap, "plan-live", 3)
+    produce(b.bootstrap, "plan-live", [b"x"], partition=2)
+    path = write(tmp_path, f"""
+        bootstrap_server: {b.bootstrap}
+        steps:
+          - topics.create: {{topic: life, partitions: 6}}
+          - topics.alter: {{topic: life, configs: {{cleanup.policy: compact}}, delete_configs: [retention.ms]}}
+          - topics.alter: {{topic: life, partitions: 2}}
+          - topics.alter: {{topic: life, partitions: 1, delete_partitions_delay: 5s}}
+          - topics.alter: {{topic: life, partitions: 3}}
+          - sleep: 6s
+          - topics.alter: {{topic: life, partitions: 3}}
+          - topics.delete: {{topic: life}}
+          - topics.describe: {{topic: life}}
+          - topics.create: {{topic: plan-live, partitions: 1}}
+          - topics.alter: {{topic: plan-live, configs: {{retention.ms: soon}}}}
+          - topics.alter: {{topic: plan-live, partitions: 1}}
+          - topics.alter: {{topic: plan-live, enable_tiering: true}}
+          - topics.create: {{topic: dl, diskless: true, configs: {{remote.storage.enable: "true"}}}}
+          - topics.alter: {{topic: dl, configs: {{retention.ms: "1000"}}}}
+          - diskless.gc: {{}}
+        """)
+    before = _cluster_snapshot(conn)
+    proc = kcli("-o", "json", "runbook", "run", str(path), "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # some steps would fail
+    report = json.loads(proc.stdout)
+    plans = [s["plan"] for s in report["steps"]]
+    rows = [(p["action"], p["result"], p["error"]) for p in plans]
+    assert rows[:9] == [
+        ("create", "ok", None), ("change", "ok", None), ("change", "ok", None), ("change", "ok", None),
+        ("change", "would fail", "TOPIC_UNDER_CHANGES"),  # partitions 1 is still read-only for 5s
+        ("wait", "ok", None),
+        ("change", "ok", None),  # the delay passed on the plan clock
+        ("delete", "ok", None),
+        ("read", "would fail", "UNKNOWN_TOPIC_OR_PARTITION")]
+    assert plans[1]["change"] == "cleanup.policy=compact,-retention.ms"
+    assert plans[2]["change"] == "partitions 6 -> 2 (KIP-694, deleted now)"
+    assert plans[3]["change"] == "partitions 2 -> 1 (KIP-694, read-only for 5s)"
+    assert plans[6]["change"] == "partitions 1 -> 3"
+    assert report["steps"][8]["error"].startswith("would fail: UNKNOWN_TOPIC_OR_PARTITION: topic 'life' does not")
+    assert rows[9] == ("create", "would fail", "TOPIC_ALREADY_EXISTS")
+    # planned against the live topic, as it stands, and marked as following a failed step
+    assert rows[10] == ("change", "would fail", "INVALID_CONFIG") and plans[10]["depends_on"] == [10]
+    assert "retention.ms" in plans[10]["reason"]
+    assert plans[11]["result"] == "would fail" and "destroys the records in partition(s) [2]" in plans[11]["reason"]
+    assert rows[12] == ("change", "would fail", "INVALID_CONFIG")  # this broker has no tiered storage
+    assert "Tiered Storage functionality is disabled in the broker" in plans[12]["reason"]
+    assert rows[13] == ("create", "would fail", "INVALID_CONFIG")
+    assert plans[13]["reason"] == "a diskless topic cannot also set remote.storage.enable=true"
+    assert rows[14] == ("change", "would fail", "UNKNOWN_TOPIC_OR_PARTITION") and plans[14]["depends_on"] == [14]
+    assert rows[15][:2] == ("none", "ok") and "cluster" in plans[15]
+    assert report["summary"] == {"ok": 0, "failed": 8, "skipped": 0, "dry-run": 8}
+    assert _cluster_snapshot(conn) == before  # a dry run changes nothing
+    assert not state_path(path).exists()
+
+    table = kcli("runbook", "run", str(path), "--dry-run")
+    assert table.returncode == 1
+    assert "would fail: TOPIC_UNDER_CHANGES: partitions 1..1 of 'life' are read-only" in table.stdout
+
+
+def test_every_operation_can_be_planned() -> None:
+    from kcli.runbook import operations
+
+    assert [name for name, op in operations.REGISTRY.items() if op.simulate is None] == []
+
+
+def test_dry_run_plans_tiering_and_diskless(broker_factory, tmp_path: Path, kcli: Kcli) -> None:  # noqa: ANN001
+    """KIP-950 disable/enable on a topic that exists only in the plan; tiering refused on diskless."""
+    b = broker_factory(TIERED_BROKER, name="plan-tiered")
+    conn = Connection(b.bootstrap)
+    path = write(tmp_path, f"""
+        bootstrap_server: {b.bootstrap}
+        steps:
+          - topics.create: {{topic: tiered, configs: {{remote.storage.enable: "true"}}}}
+          - topics.alter: {{topic: tiered, disable_tiering: true, policy: delete}}
+          - topics.alter: {{topic: tiered, enable_tiering: true}}
+          - topics.alter: {{topic: tiered, configs: {{cleanup.policy: compact}}}}
+          - topics.create: {{topic: dl, diskless: true, partitions: 2}}
+          - topics.alter: {{topic: dl, enable_tiering: true}}
+          - topics.alter: {{topic: dl, disable_tiering: true}}
+          - diskless.describe: {{topic: tiered}}
+          - diskless.verify: {{}}
+        """)
+    before = _cluster_snapshot(conn)
+    proc = kcli("-o", "json", "runbook", "run", str(path), "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    plans = [s["plan"] for s in json.loads(proc.stdout)["steps"]]
+    assert [(p["action"], p["result"], p["error"]) for p in plans] == [
+        ("create", "ok", None),
+        ("change", "ok", None),
+        ("change", "ok", None),
+        ("change", "would fail", "INVALID_CONFIG"),
+        ("create", "ok", None),
+        ("change", "would fail", "INVALID_CONFIG"),
+        ("none", "ok", None),
+        ("read", "would fail", None),
+        ("read", "ok", None)]
+    assert plans[0]["change"] == "tiered, 1 partition(s), rf 1, remote.storage.enable=true"
+    assert plans[1]["change"] == "disable tiering: remote.storage.enable=false,remote.log.disable.policy=delete"
+    assert plans[2]["change"] == "enable tiering: remote.storage.enable=true,-remote.log.disable.policy"
+    assert plans[3]["reason"] == "Remote log storage is unsupported for the compacted topics"
+    assert plans[4]["change"] == "diskless, 2 partition(s), rf 1, diskless.enable=true"
+    assert plans[5]["reason"] == "remote.storage.enable cannot be set on a diskless topic"
+    assert plans[6]["change"].startswith("tiering is already off on topic dl")
+    assert plans[7]["reason"] == "topic 'tiered' is not a diskless topic"
+    assert plans[8]["simulated"] is False and plans[8]["notes"]
+    assert _cluster_snapshot(conn) == before == {}

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kcli.broker.broker_config import BrokerConfig
+from kcli.broker.configs import (BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, format_value,
+                                 normalise_topic_configs, parse_value)
 from kcli.broker.listeners import Endpoint, Listener, advertised_endpoints, check_security
-from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, format_value, parse_value
 from kcli.broker.metadata_log import (
     BROKER_RESOURCE,
     PartitionState,
@@ -513,18 +514,10 @@ class Broker:
 
     def validate_topic_configs(self, configs: dict[str, str | None], *, creating: bool, topic: TopicState | None = None) -> dict[str, str]:
         """Parse and normalise topic configs; raise BrokerError(INVALID_CONFIG) naming the config."""
-        out: dict[str, str] = {}
-        for name, raw in configs.items():
-            d = TOPIC_CONFIGS.get(name)
-            if d is None:
-                raise BrokerError(INVALID_CONFIG, f"Unknown topic config name: {name}")
-            if raw is None:
-                raise BrokerError(INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
-            try:
-                value = parse_value(d, raw)
-            except ConfigError as err:
-                raise BrokerError(INVALID_CONFIG, str(err)) from None
-            out[name] = format_value(d, value) or ""
+        try:
+            out = normalise_topic_configs(configs)
+        except ConfigError as err:
+            raise BrokerError(INVALID_CONFIG, str(err)) from None
         if not creating and "diskless.enable" in out:
             raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
         diskless = out.get("diskless.enable") == "true" if creating else (topic is not None and self.is_diskless(topic))

@@ -290,6 +290,20 @@ def validate_topic_config(name: str, value: Any) -> Any:
     return parse_value(d, value)
 
 
+def normalise_topic_configs(configs: dict[str, Any]) -> dict[str, str]:
+    """Topic configs as the broker stores them; raises ConfigError naming the first bad one
+    (the broker's CreateTopics/AlterConfigs and a runbook's dry-run plan share this)."""
+    out: dict[str, str] = {}
+    for name, raw in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic configs: {name}")
+        out[name] = format_value(d, parse_value(d, raw)) or ""
+    return out
+
+
 # Broker configs that IncrementalAlterConfigs/AlterConfigs may change at run time (Kafka's
 # DynamicBrokerConfig, its DynamicLogConfig part): the broker-side defaults of topic configs. Every
 # other broker config is read-only ("Cannot update these configs dynamically"), num.partitions too.

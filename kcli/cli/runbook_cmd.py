@@ -64,15 +64,15 @@ def run(
     ctx: typer.Context,
     file: Path = typer.Argument(..., help="The runbook (YAML)."),
     dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="Print the plan (operations' own dry runs where they exist); change nothing."),
+                                 help="Plan every step against the cluster as the earlier steps would leave it and print the plan (STEP, ACTION, RESOURCE, CHANGE, RESULT); change nothing. Exit 1 if a step would fail."),
     var: List[str] = typer.Option([], "--var", help=_VAR_HELP),
     restart: bool = typer.Option(False, "--restart", help="Forget recorded progress and run every step again."),
 ) -> None:
     """Run a runbook's steps in order, resuming after the last finished step.
 
-    Progress is kept next to the file (NAME.kcli-runbook-state.json); finished steps are skipped on the next run unless the step changed or --restart is given. Exit 1 if a step failed, 2 if the runbook is invalid.
+    Progress is kept next to the file (NAME.kcli-runbook-state.json); finished steps are skipped on the next run unless the step changed or --restart is given. Exit 1 if a step failed (with --dry-run: would fail), 2 if the runbook is invalid.
 
-    Example: kcli runbook run docs/runbooks/disable-tiering.yaml --var topic=orders --dry-run
+    Example: kcli runbook run docs/runbooks/shrink-partitions.yaml --var topic=orders --var partitions=3 --dry-run
     """
     opts = options(ctx)
     runbook = _load(file, var, opts.output)
@@ -87,6 +87,8 @@ def run(
                              f"{state.state_path(file)}: run it again to resume\n")
             raise SystemExit(130) from None
     if opts.output == OutputFormat.table:
+        if dry_run:
+            report.print_plan(result)
         report.print_summary(result)
     else:
         render(result.to_dict(), opts.output)

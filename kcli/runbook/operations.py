@@ -16,6 +16,7 @@ from typing import Any, Callable
 from kcli.cli.render import to_data
 from kcli.errors import OperationError, UsageError
 from kcli.ops.connection import Connection
+from kcli.runbook import simulate as sim
 from kcli.runbook.model import parse_duration
 
 # --- field schema --------------------------------------------------------------------------
@@ -124,7 +125,8 @@ Check = Callable[[Args], list[tuple[str | None, str]]]  # (field or None for the
 class Operation:
     """``run(conn, args)`` does it; ``dry_run(conn, args)`` (when the ops module has one) asks
     the cluster what it would do; ``failed(result)`` turns a result into a step failure
-    (e.g. verify found damage). ``describe_as`` makes it usable as ``wait_for: {describe: X}``."""
+    (e.g. verify found damage). ``describe_as`` makes it usable as ``wait_for: {describe: X}``.
+    ``simulate(model, args)`` applies the step to a dry run's model of the cluster."""
 
     name: str
     summary: str
@@ -137,6 +139,8 @@ class Operation:
     needs_connection: bool = True
     describe_as: str | None = None
     title_field: str | None = "topic"  # which argument names the step by default
+    # what the step does to a dry run's model of the cluster (kcli/runbook/simulate.py)
+    simulate: sim.Simulator | None = None
 
 
 REGISTRY: dict[str, Operation] = {}
@@ -379,53 +383,63 @@ register(Operation(
     {"topic": _TOPIC, "partitions": Field("int", min=1), "replication_factor": Field("int", min=1),
      "configs": Field("str_map"), "if_not_exists": Field("bool", default=False),
      "diskless": Field("bool", default=False, help="Same as configs diskless.enable=true.")},
-    _create, check=_check_create))
+    _create, check=_check_create,
+    simulate=sim.create))
 register(Operation(
     "topics.delete", "Delete a topic (DeleteTopics).",
-    {"topic": _TOPIC, "if_exists": Field("bool", default=False)}, _delete))
+    {"topic": _TOPIC, "if_exists": Field("bool", default=False)}, _delete,
+    simulate=sim.delete))
 register(Operation(
     "topics.alter", "Change configs, add or remove partitions, disable or enable tiering.",
     {"topic": _TOPIC, "partitions": Field("int", min=1), "configs": Field("str_map"),
      "delete_configs": Field("str_list"), "disable_tiering": Field("bool", default=False),
      "policy": Field("str", choices=("retain", "delete")), "enable_tiering": Field("bool", default=False),
      "delete_partitions_delay": Field("duration"), "yes": Field("bool")},
-    _alter, dry_run=lambda conn, a: _alter(conn, a, dry_run=True), check=_check_alter))
+    _alter, dry_run=lambda conn, a: _alter(conn, a, dry_run=True), check=_check_alter,
+    simulate=sim.alter))
 register(Operation(
     "topics.describe", "Describe one topic (a mapping) or several (a list).",
     {"topic": Field("str"), "topics": Field("str_list")}, _describe, check=_one_of_topic_topics,
-    describe_as="topics"))
+    describe_as="topics",
+    simulate=sim.describe))
 register(Operation(
     "topics.list", "Topic names and kinds: {topics: [...], kinds: {name: kind}}.",
     {"kind": Field("str", choices=("classic", "tiered", "diskless")), "exclude_internal": Field("bool", default=False)},
-    _list, title_field=None))
+    _list, title_field=None,
+    simulate=sim.list_topics))
 register(Operation(
     "produce", "Write records (a list, or count records from a template with {i}).",
     {"topic": _TOPIC, "records": Field("records"), "count": Field("int", min=1), "template": Field("str"),
      "key_template": Field("str"), "partition": Field("int", min=0),
      "acks": Field("str", choices=("0", "1", "all", "-1")),
      "compression": Field("str", choices=("none", "gzip", "snappy", "lz4", "zstd"))},
-    _produce, check=_check_produce))
+    _produce, check=_check_produce,
+    simulate=sim.produce))
 register(Operation(
     "consume", "Read records; the result has count, stopped_by and the records.",
     {"topic": _TOPIC, "max_messages": Field("int", min=1), "from_beginning": Field("bool", default=False),
      "timeout": Field("duration", default=10.0, help="Stop after this long without a record."),
      "group": Field("str"), "partition": Field("int", min=0)},
-    _consume))
+    _consume,
+    simulate=sim.consume))
 register(Operation(
     "diskless.describe", "Diskless offsets and storage use: one topic (a mapping) or {topics: [...]}.",
     {"topic": Field("str"), "topics": Field("str_list")}, _diskless_describe, check=_one_of_topic_topics,
-    describe_as="diskless"))
+    describe_as="diskless",
+    simulate=sim.diskless_describe))
 register(Operation(
     "diskless.objects", "WAL objects the coordinator knows.",
     {"topic": Field("str"), "key": Field("str"), "state": Field("str", choices=("uploaded", "deleting")),
      "batches": Field("bool", default=False)},
     lambda conn, a: _diskless(conn).objects(state=a.get("state"), topic=a.get("topic"), object_key=a.get("key"),
-                                            batches=bool(a.get("batches")))))
+                                            batches=bool(a.get("batches"))),
+    simulate=sim.diskless_objects))
 register(Operation(
     "diskless.verify", "Check every committed batch's bytes and CRC; the step fails on damage.",
     {"object_keys": Field("str_list"), "max_objects": Field("int", min=0)},
     lambda conn, a: _diskless(conn).verify(object_keys=a.get("object_keys"), max_objects=a.get("max_objects")),
-    failed=_verify_failed, title_field=None))
+    failed=_verify_failed, title_field=None,
+    simulate=sim.diskless_verify))
 register(Operation(
     "diskless.gc", "Delete orphan and expired WAL objects (grace period respected); objects the coordinator"
     " has no record of only with unknown_objects: true.",
@@ -435,12 +449,14 @@ register(Operation(
                                        unknown_objects=bool(a.get("unknown_objects"))),
     dry_run=lambda conn, a: _diskless(conn).gc(dry_run=True, orphans=a.get("orphans", True),
                                                unknown_objects=bool(a.get("unknown_objects"))),
-    title_field=None))
+    title_field=None,
+    simulate=sim.diskless_gc))
 register(Operation(
     "sleep", "Pause, e.g. to let a partition-deletion delay pass.",
     {"duration": Field("duration", required=True)},
     lambda conn, a: (time.sleep(a["duration"]), {"slept_s": a["duration"]})[1],
-    shorthand="duration", needs_connection=False, title_field="duration"))
+    shorthand="duration", needs_connection=False, title_field="duration",
+    simulate=sim.sleep))
 
 
 def result_data(value: Any) -> Any:

@@ -40,6 +40,9 @@ def plan_lines(rep: StepReport) -> list[str]:
         return []
     plan = rep.plan
     lines = [f"would run {plan['op']} {json.dumps(plan['args'], default=str)}"]
+    if plan.get("change"):
+        lines.append(f"plan: {plan['action']} {plan['resource']}: {plan['change']}")
+    lines += [f"note: {n}" for n in plan.get("notes") or []]
     cluster = plan.get("cluster")
     if isinstance(cluster, dict) and cluster.get("effect"):  # tiering change
         changes = ",".join([f"{k}={v}" for k, v in (cluster.get("set_configs") or {}).items()]
@@ -63,6 +66,30 @@ def plan_lines(rep: StepReport) -> list[str]:
     if plan.get("wait_for"):
         lines.append(f"then wait until {plan['wait_for']}")
     return lines
+
+
+def plan_rows(report: RunReport) -> list[dict[str, Any]]:
+    """The dry run as STEP, ACTION, RESOURCE, CHANGE, RESULT rows."""
+    rows = []
+    for rep in report.steps:
+        plan = rep.plan or {}
+        if rep.outcome == "skipped":
+            result = f"skipped: {rep.reason}"
+        elif plan.get("result") == "would fail" or rep.outcome == "failed":
+            result = rep.error or "would fail"
+        else:
+            result = "ok"
+        rows.append({"step": f"{rep.index} {rep.name}", "action": plan.get("action", "-"),
+                     "resource": plan.get("resource", "-"), "change": plan.get("change") or "-", "result": result})
+    return rows
+
+
+def print_plan(report: RunReport) -> None:
+    from kcli.cli.render import print_table
+
+    sys.stdout.write("\nPlan:\n")
+    print_table(plan_rows(report), [("STEP", "step"), ("ACTION", "action"), ("RESOURCE", "resource"),
+                                    ("CHANGE", "change"), ("RESULT", "result")])
 
 
 def summary_line(report: RunReport) -> str:

@@ -5,7 +5,9 @@ Order inside a step: the operation runs; its JSON result must satisfy every ``ex
 operation until the condition holds or the timeout passes. Only a step that got through all
 three is recorded as finished. ``on_error: stop`` (the default) ends the run at a failed step;
 the remaining steps are reported as skipped. A dry run never changes the cluster or the state
-file: each step shows its plan, from the operation's own dry run where it has one.
+file: it reads the cluster once and plans every step against a model of it as the earlier steps
+would leave it (kcli/runbook/simulate.py), adding the operation's own dry run where the live
+cluster can still answer for the step.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from kcli.errors import KcliError
 from kcli.ops.connection import Connection, connect
 from kcli.runbook import operations
 from kcli.runbook.model import MISSING, Condition, Runbook, Step, WaitFor, format_duration
+from kcli.runbook.simulate import ClusterModel, WouldFail, read_cluster, topic_names
 from kcli.runbook.state import RunState, load_state, state_path
 
 OUTCOMES = ("ok", "failed", "skipped", "dry-run")
+# a plan's ACTION for a step the model refuses (a planned step says its own)
+PLAN_ACTIONS = {"topics.create": "create", "topics.delete": "delete", "topics.alter": "change", "produce": "write",
+                "sleep": "wait", "diskless.gc": "none"}
 
 
 def _json_value(value: Any) -> Any:
@@ -145,6 +151,10 @@ class Runner:
         self.listener = listener
         self._stack = ExitStack()
         self._conn: Connection | None = None
+        self._model: ClusterModel | None = None  # a dry run's model of the cluster
+        self._pending: list[Step] = []  # the steps a dry run plans
+        self._live: set[str] = set()  # topics that exist on the cluster and no planned step touched yet
+        self._failed_on: dict[str, int] = {}  # topic -> the last planned step that would fail on it
 
     def connection(self) -> Connection:
         """Connect on first use, so skipped or connection-free steps never touch a cluster."""
@@ -166,6 +176,10 @@ class Runner:
         total = len(self.runbook.steps)
         stopped_at: int | None = None
         with self._stack:
+            if self.dry_run:
+                self._pending = [s for s in self.runbook.steps
+                                 if self.restart or state.finished(s.index, s.digest(self.target,
+                                                                                     self.runbook.variables)) is None]
             for step in self.runbook.steps:
                 digest = step.digest(self.target, self.runbook.variables)
                 rep = StepReport(step.index, step.name, step.op, step.args, on_error=step.on_error)
@@ -266,14 +280,40 @@ class Runner:
                                   last_value, last_error)
             time.sleep(min(wait.interval_s, remaining))
 
+    def _cluster(self) -> ClusterModel:
+        """Read the live state once, for the topics the steps to plan name (wait_for's too)."""
+        if self._model is None:
+            if any(operations.get(s.op).needs_connection for s in self._pending):  # type: ignore[union-attr]
+                names = {n for s in self._pending for n in topic_names(s.args)}
+                names |= {n for s in self._pending if s.wait_for for n in topic_names(s.wait_for.args)}
+                self._model = read_cluster(self.connection(), names)
+            else:
+                self._model = ClusterModel({}, {})
+            self._live = set(self._model.topics)
+        return self._model
+
     def _plan(self, step: Step, rep: StepReport) -> None:
         op = operations.get(step.op)
-        assert op is not None
+        assert op is not None and op.simulate is not None
         t0 = time.monotonic()
-        plan: dict[str, Any] = {"op": step.op, "args": step.args}
+        names = topic_names(step.args)
+        plan: dict[str, Any] = {"op": step.op, "args": step.args, "action": PLAN_ACTIONS.get(step.op, "read"),
+                                "resource": ", ".join(f"topic {n}" for n in names) or "cluster", "change": None,
+                                "result": "ok", "error": None, "reason": None,
+                                "depends_on": sorted({self._failed_on[n] for n in names if n in self._failed_on}),
+                                "notes": [], "simulated": True}
         try:
-            if op.dry_run is not None:
-                plan["cluster"] = operations.result_data(op.dry_run(self.connection(), step.args))
+            model = self._cluster()
+            # the operation's own dry run only while the live topic is still what this step meets
+            if op.dry_run is not None and all(n in self._live for n in names):
+                try:
+                    plan["cluster"] = operations.result_data(op.dry_run(self.connection(), step.args))
+                except KcliError as err:
+                    raise WouldFail(getattr(err, "name", None), getattr(err, "message", None) or str(err)) from None
+            planned = op.simulate(model, step.args)
+            plan.update(planned.to_dict())
+            if planned.action != "none" and planned.action != "read":
+                self._live -= set(names)
             if step.expect:
                 plan["expect"] = [c.describe() for c in step.expect]
             if step.wait_for is not None:
@@ -281,8 +321,16 @@ class Runner:
                 plan["wait_for"] = (f"{w.condition.describe()} on {w.operation} "
                                     f"{operations.result_data(w.args)} (timeout {format_duration(w.timeout_s)})")
             rep.outcome = "dry-run"
+        except WouldFail as err:
+            plan.update(result="would fail", error=err.error, reason=err.reason)
+            rep.outcome = "failed"
+            rep.error = f"would fail: {err}"
+            if plan["depends_on"]:
+                rep.error += f" (after step {', '.join(str(i) for i in plan['depends_on'])} would fail)"
+            self._failed_on.update({n: step.index for n in names})
         except Exception as err:  # noqa: BLE001
             self._fail(rep, err)
+            plan.update(result="would fail", reason=rep.error)
         rep.plan = plan
         rep.duration_ms = int((time.monotonic() - t0) * 1000)
 
