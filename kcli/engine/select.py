@@ -1,10 +1,10 @@
-"""Choosing the engine: ``--engine auto|local|spark`` and the measured ``auto`` thresholds.
+"""Choosing the engine: ``--engine auto|local|spark``, and the measured costs ``auto`` weighs.
 
 A kcli command that uses Spark pays Spark's cold start every time (JVM, SparkContext, Python
-workers), so Spark only pays off when the scan itself is long enough for its extra parallelism to
-win that time back. The thresholds below are where bench/engine_crossover_bench.py saw the Spark
-engine overtake the local one (end-to-end, cold start included); see docs/spark-engine.md for the
-table they come from and how to re-measure on other hardware.
+workers), so Spark only pays off when the master has enough cores and the scan is long enough
+for them to win that time back. ``auto`` compares the two engines' measured time lines (below;
+bench/engine_crossover_bench.py, end to end, cold start included) for the scan's size and the
+master's cores (kcli.engine.cores); docs/spark-engine.md has the tables and how to re-measure.
 """
 
 from __future__ import annotations
@@ -58,12 +58,22 @@ class Cost:
 GiB = 1 << 30
 MiB = 1 << 20
 
-# PLACEHOLDER
+# Measured with bench/engine_crossover_bench.py --spark-master spark://… on 2026-11-27: a Spark
+# standalone cluster on 127.0.0.1 (a master, 2 workers x 1 core, 1 GiB each), 4 MiB WAL objects on
+# the local filesystem, end to end with Spark's cold start, on the 2-vCPU development host (load
+# average 6-9 from other suites). Lines through the 0.5 and 4 GiB points (verify, dump-log,
+# dump-log-deep) and the 0.25 and 1 GiB points (gc); Spark's per-GiB time on 2 cores, doubled, is
+# its core-seconds per GiB. Where Spark's slope could not be read (<= 0: its cold start varies more
+# than the work costs): gc --dry-run reads no object bytes, so Spark has nothing to spread over
+# cores; dump-log --deep-iteration ships every printed line through the driver (1.2 GB of text
+# for 4 GiB), which alone is the local engine's whole per-GiB cost, so it is a driver cost and
+# Spark never wins it. Table and how to re-measure: docs/spark-engine.md.
 COSTS: dict[str, Cost] = {
-    "verify": Cost(2.1, 1.8, 50.9, 3.8),
-    "gc": Cost(1.5, 0.0, 45.0, 0.0),
-    "dump-log": Cost(4.0, 1.1, 50.0, 1.0, 1.1),
-    "dump-log-deep": Cost(17.4, 12.4, 84.0, 34.4),
+    "verify": Cost(local_start_s=1.0, local_s_per_gib=1.4, spark_start_s=48.9, spark_core_s_per_gib=17.8),
+    "gc": Cost(local_start_s=1.4, local_s_per_gib=0.0, spark_start_s=62.1, spark_core_s_per_gib=0.0),
+    "dump-log": Cost(local_start_s=1.8, local_s_per_gib=1.2, spark_start_s=60.6, spark_core_s_per_gib=7.2),
+    "dump-log-deep": Cost(local_start_s=2.0, local_s_per_gib=1.2, spark_start_s=124.3, spark_core_s_per_gib=0.0,
+                          spark_driver_s_per_gib=1.2),
 }
 
 
