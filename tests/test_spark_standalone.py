@@ -115,7 +115,7 @@ def test_auto_asks_the_real_master_and_says_what_it_weighed(webui, damaged):
 
 
 @pytest.mark.spark
-def test_dump_log_and_verify_on_the_standalone_cluster_equal_the_local_engine(webui, standalone, damaged):
+def test_dump_log_on_the_standalone_cluster_equals_the_local_engine(webui, standalone, damaged):
     """One real job on the cluster's executors (a fresh kcli process, its own SparkContext)."""
     wal = str(damaged.ds.objects_dir / "wal")
     before = {a["id"] for a in standalone.state()["completedapps"]}
