@@ -12,13 +12,14 @@ included), the commands that take ``--engine``:
 
 with E = local, spark and auto, then prints per operation the crossover (the size where a
 straight-line fit of Spark's time meets the local engine's) and whether ``auto`` stayed within
-1.2x of the better engine at every size. The thresholds in kcli/engine/select.py come from this.
+1.2x of the better engine at every size. The cost lines in kcli/engine/select.py come from this.
 
 Datasets grow in place (each size adds objects to the previous one) and are removed at the end
 (--keep to keep). Free disk is checked first (df); sizes that do not fit are skipped.
 
 Usage:
   python3 bench/engine_crossover_bench.py --quick                  # 64 MiB .. 1 GiB, ~10 min
+  python3 bench/engine_crossover_bench.py --standalone --sizes 0.5,4   # on a 2 x 1-core standalone cluster
   python3 bench/engine_crossover_bench.py                          # 0.5 .. 10 GiB (full run)
   python3 bench/engine_crossover_bench.py --sizes 1,4 --ops verify --repeat 2 --json-out r.json
 
@@ -189,7 +190,6 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-
     from kcli.engine.synth import make_dataset
 
     sizes = [float(s) for s in args.sizes.split(",")] if args.sizes else (QUICK_SIZES_GIB if args.quick else FULL_SIZES_GIB)
@@ -277,8 +277,8 @@ def run(args: argparse.Namespace) -> None:
                    "(chosen engine's best time + auto's own cost)", round(worst_model, 2), unit="x",
                    target=f"<= {AUTO_TARGET:g}", better="lower")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"cpus": os.cpu_count(), "object_mb": args.object_mb, "spark_master": args.spark_master,
-                                                   "rows": rows}, indent=2))
+        Path(args.json_out).write_text(json.dumps({"cpus": os.cpu_count(), "object_mb": args.object_mb,
+                                                   "spark_master": args.spark_master, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

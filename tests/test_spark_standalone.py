@@ -109,7 +109,7 @@ def test_auto_asks_the_real_master_and_says_what_it_weighed(webui, damaged):
     run = kcli_inproc("-v", "diskless", "verify", "--coordinator", damaged.ds.coordinator_uri,
                       "--spark-master", webui, "-o", "json")
     assert run.code == 1 and run.json()["objects_checked"] == 10 - len(damaged.marked)
-    assert f"engine: local: auto: " in run.err and "2 core(s) on 2 alive worker(s)" in run.err, run.err
+    assert "engine: local: auto: " in run.err and "2 core(s) on 2 alive worker(s)" in run.err, run.err
     big = choose("auto", Workload("verify", 100_000, 400 << 30), webui)
     assert big.engine is Engine.local and "on 2 core(s)" in big.reason  # measured: 2 cores never win
 
