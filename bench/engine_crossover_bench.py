@@ -12,13 +12,14 @@ included), the commands that take ``--engine``:
 
 with E = local, spark and auto, then prints per operation the crossover (the size where a
 straight-line fit of Spark's time meets the local engine's) and whether ``auto`` stayed within
-1.2x of the better engine at every size. The thresholds in kcli/engine/select.py come from this.
+1.2x of the better engine at every size. The cost lines in kcli/engine/select.py come from this.
 
 Datasets grow in place (each size adds objects to the previous one) and are removed at the end
 (--keep to keep). Free disk is checked first (df); sizes that do not fit are skipped.
 
 Usage:
   python3 bench/engine_crossover_bench.py --quick                  # 64 MiB .. 1 GiB, ~10 min
+  python3 bench/engine_crossover_bench.py --standalone --sizes 0.5,4   # on a 2 x 1-core standalone cluster
   python3 bench/engine_crossover_bench.py                          # 0.5 .. 10 GiB (full run)
   python3 bench/engine_crossover_bench.py --sizes 1,4 --ops verify --repeat 2 --json-out r.json
 
@@ -54,18 +55,19 @@ REPEAT_BELOW_S = 15.0
 GiB = 1 << 30
 
 
-def command(op: str, ds_root: Path, engine: str) -> list[str]:
+def command(op: str, ds_root: Path, engine: str, master: str | None = None) -> list[str]:
     coord = f"sqlite://{ds_root / 'diskless' / 'coordinator.db'}"
     base = [sys.executable, "-m", "kcli", "-v"]
+    eng = ["--engine", engine] + (["--spark-master", master] if master else [])
     if op == "verify":
-        return base + ["diskless", "verify", "--coordinator", coord, "--engine", engine, "-o", "json"]
+        return base + ["diskless", "verify", "--coordinator", coord, *eng, "-o", "json"]
     if op == "gc":
-        return base + ["diskless", "gc", "--dry-run", "--coordinator", coord, "--engine", engine, "-o", "json"]
+        return base + ["diskless", "gc", "--dry-run", "--coordinator", coord, *eng, "-o", "json"]
     wal = str(ds_root / "objects" / "wal")
     if op == "dump":
-        return base + ["dump-log", wal, "--coordinator", coord, "--engine", engine]
+        return base + ["dump-log", wal, "--coordinator", coord, *eng]
     if op == "dump-deep":
-        return base + ["dump-log", wal, "--deep-iteration", "--engine", engine]
+        return base + ["dump-log", wal, "--deep-iteration", *eng]
     raise ValueError(op)
 
 
@@ -87,7 +89,7 @@ def run_once(cmd: list[str]) -> tuple[float, str, int]:
     return elapsed, engine_line, out_bytes
 
 
-def auto_overhead_ms(op: str, ds_root: Path) -> float:
+def auto_overhead_ms(op: str, ds_root: Path, master: str | None = None) -> float:
     """What ``auto`` costs on top of the engine it picks, timed in-process: sizing the input
     (dump-log stats every file; verify/gc already know their sizes) and the choice itself."""
     from kcli.engine.dump import DumpItem, workload
@@ -100,7 +102,7 @@ def auto_overhead_ms(op: str, ds_root: Path) -> float:
         work, _ = workload(items, "dump-log-deep" if op == "dump-deep" else "dump-log")
     else:
         work = Workload(op, 1, 1)
-    choose("auto", work)
+    choose("auto", work, master)
     return (time.perf_counter() - start) * 1000
 
 
@@ -135,7 +137,8 @@ def crossover(rows: list[dict], op: str) -> tuple[str, str, float | None]:
 
 def record_point(row: dict) -> None:
     """One size x operation for bench/run_all: Spark against local, auto against the better engine."""
-    at = f"engine crossover: {row['op']} at {row['gib']:g} GiB ({row['objects']} objects)"
+    on = f" on {row['master']}" if row.get("master") else ""
+    at = f"engine crossover{on}: {row['op']} at {row['gib']:g} GiB ({row['objects']} objects)"
     if "local" in row and "spark" in row:
         record(f"{at}, spark (cold start) vs local", round(row["spark"], 2), peer=round(row["local"], 2),
                peer_name="local engine", unit="s", better="lower")
@@ -166,8 +169,27 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="parent of the temp dir (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json-out", help="also write the measurements here")
+    ap.add_argument("--spark-master", help="Spark master for the spark and auto runs (default: kcli's, local[*])")
+    ap.add_argument("--standalone", action="store_true",
+                    help="start a Spark standalone cluster on 127.0.0.1 (a master, 2 workers x 1 core, 1 GiB) "
+                         "for the run and use it as --spark-master")
     args = ap.parse_args()
+    cluster = None
+    if args.standalone:
+        from tests.spark_cluster import StandaloneCluster
 
+        cluster = StandaloneCluster().start()
+        args.spark_master = cluster.master_url
+        os.environ["SPARK_MASTER_WEBUI_PORT"] = str(cluster.webui_port)  # for auto's core count
+        print(f"standalone cluster {cluster.master_url}: {cluster.state()['cores']} cores")
+    try:
+        run(args)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def run(args: argparse.Namespace) -> None:
     from kcli.engine.synth import make_dataset
 
     sizes = [float(s) for s in args.sizes.split(",")] if args.sizes else (QUICK_SIZES_GIB if args.quick else FULL_SIZES_GIB)
@@ -185,6 +207,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="kcli-crossover-", dir=parent))
     object_bytes = int(args.object_mb * (1 << 20))
     rows: list[dict] = []
+    print(f"spark master: {args.spark_master or 'local[*]'}")
     print(f"host: {os.cpu_count()} CPUs; dataset in {root}; objects of {args.object_mb:g} MiB")
     print(f"{'GiB':>7} {'objects':>7} {'op':<9} " + " ".join(f"{e + ' s':>9}" for e in engines)
           + "  auto/best  auto chose  auto cost")
@@ -200,7 +223,7 @@ def main() -> None:
                 have_objects = want
                 print(f"  (generated {gib:g} GiB in {time.perf_counter() - t0:.0f}s)", flush=True)
             for op in ops:
-                row: dict = {"gib": gib, "objects": have_objects, "op": op}
+                row: dict = {"gib": gib, "objects": have_objects, "op": op, "master": args.spark_master}
                 # Interleaved (local, spark, auto, local, auto, ...): the host's load drifts over
                 # minutes, and every engine should see the same drift.
                 for rep in range(max(args.repeat, args.spark_repeat)):
@@ -208,14 +231,14 @@ def main() -> None:
                         limit = args.spark_repeat if engine == "spark" else args.repeat
                         if rep >= limit or row.get(f"{engine}_done"):
                             continue
-                        elapsed, line, out = run_once(command(op, root, engine))
+                        elapsed, line, out = run_once(command(op, root, engine, args.spark_master))
                         row[engine] = elapsed if engine not in row else min(row[engine], elapsed)
                         row[f"{engine}_out_bytes"] = out
                         if engine == "auto":
                             row["auto_chose"] = "spark" if "engine: spark" in line else "local"
                         if elapsed > REPEAT_BELOW_S:
                             row[f"{engine}_done"] = True  # noise is small next to the run: one is enough
-                row["auto_overhead_ms"] = auto_overhead_ms(op, root)
+                row["auto_overhead_ms"] = auto_overhead_ms(op, root, args.spark_master)
                 better = min(row[e] for e in ("local", "spark") if e in row) if ("local" in row or "spark" in row) else None
                 if "auto" in row and better:
                     row["auto_ratio"] = row["auto"] / better
@@ -255,7 +278,7 @@ def main() -> None:
                    target=f"<= {AUTO_TARGET:g}", better="lower")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"cpus": os.cpu_count(), "object_mb": args.object_mb,
-                                                   "rows": rows}, indent=2))
+                                                   "spark_master": args.spark_master, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -38,29 +38,33 @@ def test_plan_chunks_are_contiguous_cover_everything_and_balance_bytes():
     assert all(len(r) <= 7 for r in plan_chunks([1] * 100, 1, max_items=7))
 
 
-def test_choose_local_spark_and_auto_thresholds(monkeypatch):
+def test_choose_local_spark_and_auto_costs(monkeypatch):
     small = Workload("verify", 10, 10 << 20)
     assert choose("local", small).engine is Engine.local
     forced = choose("spark", small, "local[2]")
     assert forced.engine is Engine.spark and forced.master == "local[2]" and "--engine spark" in forced.reason
     with pytest.raises(UsageError):
         choose("turbo", small)
-    monkeypatch.setitem(select.THRESHOLDS, "verify", select.Threshold(min_bytes=1 << 30, min_objects=16))
-    assert choose("auto", small).engine is Engine.local
-    assert "below the Spark threshold" in choose("auto", small).reason
-    assert choose("auto", Workload("verify", 8, 2 << 30)).engine is Engine.local  # too few objects
-    big = choose("auto", Workload("verify", 600, 2 << 30))
-    assert big.engine is Engine.spark and "reaches the Spark threshold" in big.reason
+    # Spark costs 10 s to start and 1 core-second per GiB; local 1 s per GiB.
+    monkeypatch.setitem(select.COSTS, "verify", select.Cost(0.0, 1.0, 10.0, 1.0))
+    assert select.COSTS["verify"].crossover_gib(2) == pytest.approx(20.0)
+    assert select.COSTS["verify"].crossover_gib(1) is None
+    assert choose("auto", small, "local[2]").engine is Engine.local
+    assert "estimated local 0 s, Spark 10 s (Spark wins for verify from 20.0 GiB on 2 core(s))" in \
+        choose("auto", small, "local[2]").reason
+    assert choose("auto", Workload("verify", 1, 40 << 30), "local[2]").engine is Engine.local  # one object: 1 core
+    big = choose("auto", Workload("verify", 600, 40 << 30), "local[2]")
+    assert big.engine is Engine.spark and "local[2]; estimated local 40 s, Spark 30 s" in big.reason
     monkeypatch.setattr(select, "spark_available", lambda: False)
-    assert choose("auto", Workload("verify", 600, 2 << 30)).engine is Engine.local
+    assert choose("auto", Workload("verify", 600, 40 << 30), "local[2]").engine is Engine.local
     with pytest.raises(OperationError, match="pyspark"):
         choose("spark", small)
 
 
-def test_thresholds_cover_every_workload_kind():
-    assert set(select.THRESHOLDS) == {"verify", "gc", "dump-log", "dump-log-deep"}
-    for limit in select.THRESHOLDS.values():
-        assert limit.min_bytes is None or limit.min_bytes >= 64 << 20
+def test_costs_cover_every_workload_kind():
+    assert set(select.COSTS) == {"verify", "gc", "dump-log", "dump-log-deep"}
+    for cost in select.COSTS.values():
+        assert cost.spark_start_s > cost.local_start_s >= 0  # Spark's cold start is never free
 
 
 def test_kcli_import_does_not_import_pyspark():
@@ -186,11 +190,11 @@ def test_s3_store_read_by_executors_through_boto3(spark, damaged, tmp_path, s3_b
 
 
 @pytest.mark.spark
-def test_auto_picks_spark_above_the_threshold_and_says_why(spark, damaged, monkeypatch):
-    monkeypatch.setitem(select.THRESHOLDS, "verify", select.Threshold(min_bytes=1 << 20, min_objects=4))
+def test_auto_picks_spark_where_its_estimate_is_lower_and_says_why(spark, damaged, monkeypatch):
+    monkeypatch.setitem(select.COSTS, "verify", select.Cost(0.0, 1000.0, 1.0, 1.0))
     run = kcli_inproc("-v", "diskless", "verify", "--coordinator", damaged.ds.coordinator_uri, "-o", "json")
     assert run.code == 1
-    assert "engine: spark (local[*]): auto:" in run.err and "reaches the Spark threshold" in run.err
+    assert "engine: spark (local[*]): auto:" in run.err and "local[*]: this host's CPUs; estimated" in run.err
     assert run.json()["objects_checked"] == 12 - len(damaged.marked)  # stdout is only the document
 
 

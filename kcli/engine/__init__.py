@@ -4,8 +4,9 @@
 per-object units that a picklable :class:`~kcli.engine.chunks.ChunkTask` knows how to do. The local
 engine runs those units in this process; the Spark engine ships the same task object and the
 object keys to executors (each opens its own storage from a URI), so both engines give identical
-results by construction. ``auto`` picks Spark only above thresholds measured by
-bench/engine_crossover_bench.py (see :mod:`kcli.engine.select`). Nothing here imports pyspark:
+results by construction. ``auto`` picks Spark only where the cost lines measured by
+bench/engine_crossover_bench.py say it wins for the scan's size and the master's cores (see
+:mod:`kcli.engine.select`). Nothing here imports pyspark:
 that happens in :mod:`spark_tasks` on first use, because Spark's cold start costs many seconds.
 """
 
