@@ -232,6 +232,13 @@ def test_every_kind_of_kcli_command_through_a_context(tls_broker, cli_env, tmp_p
     assert verified["batches_checked"] >= 1 and verified["ok"]
     metrics = json.loads(kcli("broker", "metrics", "-o", "json").stdout)
     assert metrics["node_id"] == 1 and metrics["address"] == tls_broker.address(listener_of(kind))
+    # commands added since: groups (OffsetDelete through kcli's client), transactions (kcli's client)
+    kcli("consume", "--topic", topic, "--group", "ctx-group", "--from-beginning", "--max-messages", "2",
+         "--timeout-ms", "20000")
+    groups = json.loads(kcli("groups", "describe", "--group", "ctx-group", "-o", "json").stdout)
+    assert groups and groups[0]["group"] == "ctx-group"
+    kcli("groups", "delete-offsets", "--group", "ctx-group", "--topic", topic)
+    assert json.loads(kcli("transactions", "list", "-o", "json").stdout) is not None
 
     book = tmp_path / "book.yaml"
     book.write_text(textwrap.dedent(RUNBOOK.format(context=context, topic=unique_topic("rb"))))

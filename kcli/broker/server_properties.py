@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kcli.broker.broker_config import PLUGIN_PREFIXES
+from kcli.broker.broker_config import LISTENER_PREFIX, PLUGIN_PREFIXES
 from kcli.broker.configs import BROKER_CONFIGS, ConfigError
 
 # Kafka's millisecond settings that also come in coarser units: ms over minutes over hours.
@@ -161,7 +161,7 @@ def translate(props: dict[str, str]) -> ServerProperties:
                        if prefixes[key] and name.startswith(prefixes[key])), None)
         if mapped is not None:
             out.configs[mapped] = raw
-        elif name in BROKER_CONFIGS or name.startswith(PLUGIN_PREFIXES):
+        elif name in BROKER_CONFIGS or name.startswith(PLUGIN_PREFIXES) or name.startswith(LISTENER_PREFIX):
             out.configs[name] = raw
         else:
             out.unknown.append(name)

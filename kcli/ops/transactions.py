@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
-from kcli.ops.brokers import first_bootstrap
 from kcli.ops.connection import Connection
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
@@ -58,13 +57,11 @@ class AbortResult:
 
 
 def _client(conn: Connection) -> Any:
-    from kcli.protocol.client import WireClient
+    """kcli's own protocol client with the context's security settings (TLS, SASL), as every
+    other kcli request goes."""
+    from kcli.ops.partitions import _wire_client
 
-    protocol = str(conn.properties.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol != "PLAINTEXT":
-        raise OperationError(f"transaction tools use kcli's own protocol client, which speaks PLAINTEXT only "
-                             f"(this connection uses security.protocol={protocol})")
-    return WireClient(first_bootstrap(conn.bootstrap), timeout=conn.timeout_s)
+    return _wire_client(conn)
 
 
 def _check(code: int, message: str | None = None) -> None:
