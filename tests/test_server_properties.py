@@ -209,16 +209,23 @@ def test_what_kcli_cannot_serve_is_refused_naming_the_setting(props: dict[str, s
 
 
 @pytest.mark.parametrize("props", [
-    {"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://:9094"},
-    {"listeners": "SSL://:9093"},
+    {"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://:9094", "advertised.listeners": "PLAINTEXT://h:9092"},
+    {"listeners": "SSL://:9093", "advertised.listeners": "SSL://h:9093,CONTROLLER://h:9095"},
     {"listeners": "EXTERNAL://:9092"},  # the broker's listeners parser names the missing map entry
 ])
 def test_several_or_tls_listeners_pass_through_as_the_listeners_config(props: dict[str, str]) -> None:
-    out = translate({**props, "advertised.listeners": "PLAINTEXT://h:9092,CONTROLLER://h:9093",
+    out = translate({**props, "controller.listener.names": "CONTROLLER",
                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,"
                                                        "EXTERNAL:SSL,CONTROLLER:PLAINTEXT"})
     assert out.listen is None and out.configs["listeners"] == props["listeners"]
     assert "listener.security.protocol.map" in out.configs
+    if "advertised.listeners" in props:  # the served listeners' entries; a controller's is KRaft's
+        assert out.configs["advertised.listeners"] == props["advertised.listeners"].split(",CONTROLLER")[0]
+
+
+def test_advertising_a_listener_that_is_not_served_is_refused_as_kafka_refuses_it() -> None:
+    with pytest.raises(ConfigError, match="advertised.listeners listener names must be equal to or a subset"):
+        translate({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://h:9093"})
 
 
 def test_listeners_log_dirs_and_plugin_prefixes_map_to_kcli_settings() -> None:

@@ -94,6 +94,18 @@ def _listener_name(entry: str) -> str:
     return entry.split("://", 1)[0].strip().upper() if "://" in entry else ""
 
 
+def _advertised(props: dict[str, str], served: set[str], controllers: set[str], out: ServerProperties) -> list[str]:
+    """The advertised.listeners entries of served listeners; a controller listener's entry is
+    KRaft's (listed as ignored); any other name is refused, as Kafka refuses it."""
+    adv = [e.strip() for e in props.get("advertised.listeners", "").split(",") if e.strip()]
+    stray = [e for e in adv if _listener_name(e) not in served and _listener_name(e) not in controllers]
+    if stray:
+        raise ConfigError(f"advertised.listeners listener names must be equal to or a subset of the ones defined "
+                          f"in listeners; not served: {', '.join(stray)}")
+    out.ignored += [f"advertised.listeners {e} (controller listener)" for e in adv if _listener_name(e) in controllers]
+    return [e for e in adv if _listener_name(e) in served]
+
+
 def _listeners(props: dict[str, str], out: ServerProperties) -> None:
     """One PLAINTEXT or SASL_PLAINTEXT broker listener becomes the listen address; several, or TLS
     ones, become the ``listeners`` config; controller listeners are KRaft's (listed as ignored)."""
@@ -122,21 +134,17 @@ def _listeners(props: dict[str, str], out: ServerProperties) -> None:
         out.configs["listeners"] = ",".join(e for _, e in served)
         if "listener.security.protocol.map" in props:
             out.configs["listener.security.protocol.map"] = props["listener.security.protocol.map"]
-        adv = [e.strip() for e in props.get("advertised.listeners", "").split(",") if e.strip()]
-        names = {n for n, _ in served}
+        adv = _advertised(props, {n for n, _ in served}, controllers, out)
         if adv:
-            out.configs["advertised.listeners"] = ",".join(e for e in adv if _listener_name(e) in names)
-            out.ignored += [f"advertised.listeners {e} (not a served listener)" for e in adv if _listener_name(e) not in names]
+            out.configs["advertised.listeners"] = ",".join(adv)
         return
     address = entry.split("://", 1)[1]
     if address.startswith(":"):  # Kafka: an empty host binds every interface
         address = "0.0.0.0" + address
     out.listen = f"{protocol}://{address}"
-    adv = [e.strip() for e in props.get("advertised.listeners", "").split(",") if e.strip()]
-    mine = [e for e in adv if _listener_name(e) in ("", name)]
+    adv = _advertised(props, {name, ""}, controllers, out)
     if adv:  # the broker advertises its served listener; a CONTROLLER entry is KRaft's
-        out.configs["advertised.listeners"] = ",".join(mine)
-        out.ignored += [f"advertised.listeners {e} (not the served listener)" for e in adv if e not in mine]
+        out.configs["advertised.listeners"] = ",".join(adv)
 
 
 def _node_id(props: dict[str, str]) -> None:
