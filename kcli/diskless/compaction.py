@@ -39,7 +39,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kcli import faults
 from kcli.broker.background import TaskGuard
@@ -58,7 +58,6 @@ from kcli.storage.cleaner import (
 
 if TYPE_CHECKING:
     from kcli.broker.metadata_log import TopicState
-    from kcli.diskless.engine import DisklessEngine
     from kcli.storage.log_config import LogConfig
     from plugins.coordinator.base import BatchInfo, TopicIdPartition
 
@@ -115,7 +114,25 @@ def batch_groups(batches: list["BatchInfo"], max_bytes: int) -> list[list["Batch
     return groups
 
 
-def read_log(engine: "DisklessEngine", tip: "TopicIdPartition") -> LogSnapshot:
+class CompactionHost(Protocol):
+    """What the cleaner uses of the diskless engine (kcli/diskless/engine.py, which imports this
+    module): a Protocol, so imports flow one way."""
+
+    broker: Any
+    metrics: Any
+    coordinator: Any
+    storage: Any
+    reader: Any
+    io_pool: Any
+
+    def tip(self, t: Any, partition: int) -> Any: ...
+
+    def _live_partitions(self, t: Any) -> set[int]: ...
+
+    async def _coord(self, fn: Any, *args: Any) -> Any: ...
+
+
+def read_log(engine: "CompactionHost", tip: "TopicIdPartition") -> LogSnapshot:
     """Every live batch of one log (blocking: call on the coordinator pool)."""
     from plugins.coordinator.base import FindBatchRequest
 
@@ -135,7 +152,7 @@ def read_log(engine: "DisklessEngine", tip: "TopicIdPartition") -> LogSnapshot:
 class DisklessLogCleaner:
     """The diskless twin of :class:`kcli.storage.cleaner.LogCleaner` (see the module docstring)."""
 
-    def __init__(self, engine: "DisklessEngine") -> None:
+    def __init__(self, engine: "CompactionHost") -> None:
         self.engine = engine
         cfg = engine.broker.config
         self.enabled = cfg.get_bool("log.cleaner.enable")
