@@ -553,8 +553,8 @@ class TransactionCoordinator:
                     elif md.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and md.update_ms + expiry < now:
                         await self.store.write([{"type": "txn_delete", "transactional_id": tid}], self.txns)
                         self.txns.pop(tid, None)
-                except TransactionStateError as err:
-                    log.error("transactional id %s: %s", tid, err)
+                except Exception as err:  # noqa: BLE001 - one transaction's failure must not stop the others
+                    log.error("transactional id %s: %s (retried next round)", tid, err)
         return aborted
 
     async def abort(self, tid: str) -> int:
