@@ -317,7 +317,8 @@ def test_two_brokers_share_topics_and_see_each_other(broker_factory, pg_database
 
     # a second process may not take node id 1 while broker 1 lives
     proc = subprocess.run([sys.executable, "-m", "kcli", "broker", "start", "--data-dir", str(b1.data_dir.parent / "intruder"),
-                           "--listen", "127.0.0.1:0", "--cluster", pg_database, "--node-id", "1"],
+                           "--listen", "127.0.0.1:0", "--cluster", pg_database, "--node-id", "1",
+                           "--log-level", "WARNING"],  # start-up INFO lines (docs/observability.md) aside
                           capture_output=True, text=True, env=cli_env, cwd=REPO, timeout=60, check=False)
     assert_one_line_error(proc, 1, "node id 1 is registered by another live broker")
     assert brokers_of(b1.bootstrap) == {1: b1.bootstrap, 2: b2.bootstrap}

@@ -483,7 +483,7 @@ def test_broker_with_a_postgresql_coordinator_serves_diskless_topics_across_a_re
     assert dump.returncode == 0, dump.stderr
     assert "topic: pgd partition: " in dump.stdout and "assignedBaseOffset: " in dump.stdout
     bad = run_kcli(cli_env, "broker", "start", "--data-dir", str(tmp_path / "x"), "--coordinator", "mysql://h/db")
-    assert_one_line_error(bad, 2, "--coordinator 'mysql://h/db'")
+    assert_one_line_error(bad, 2, "--coordinator expects", "'mysql://h/db'")
 
 
 # -- the bench ---------------------------------------------------------------------------------

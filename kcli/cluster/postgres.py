@@ -348,7 +348,7 @@ class PostgresClusterStore:
             self.node_id = node_id
             # Holding the node lock proves every other registration of node_id is a dead process's:
             # take the row over at once. Without it, only an expired lease may be taken over.
-            owner = self._hold_node_lock()
+            owner = self._hold_node_lock(warn=False)
             with self._conn() as conn:
                 row = conn.execute(
                     """INSERT INTO brokers (node_id, rack, listeners, incarnation, lease_expires_at)
@@ -439,17 +439,19 @@ class PostgresClusterStore:
             self._ctl_conn = self._connect("controller")
         return self._ctl_conn
 
-    def _hold_node_lock(self) -> bool:
+    def _hold_node_lock(self, *, warn: bool = True) -> bool:
         """Take this node's session lock if not held yet; False while another session holds it
-        (a hung or cut-off process of the same node id whose session PostgreSQL has not ended)."""
+        (a hung or cut-off process of the same node id whose session PostgreSQL has not ended).
+        Registration asks with ``warn=False``: there a held lock is answered by the lease check."""
         conn = self._session()
         if not self._node_locked:
             got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (NODE_LOCK_CLASS, self.node_id)).fetchone()
             self._node_locked = bool(got and got[0])
-            if not self._node_locked and not self._node_lock_warned:
+            if not self._node_locked and warn and not self._node_lock_warned:
                 log.warning("the session lock of node %d is held by another session; other brokers see this "
                             "broker as live only while that session lasts", self.node_id)
-            self._node_lock_warned = not self._node_locked
+            if warn:
+                self._node_lock_warned = not self._node_locked
         return self._node_locked
 
     def elect(self) -> bool:
