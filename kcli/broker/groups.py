@@ -101,6 +101,10 @@ _DEFAULTS = {
 # How often a coordinator checks which of its loaded groups moved to another live broker (or
 # were taken over through the store) and unloads them.
 OWNERSHIP_CHECK_S = 0.5
+# A group loaded for a request but holding no state (no offsets, no members: an OffsetFetch or a
+# describe of an unknown group, an AddOffsetsToTxn) is unloaded only after this long, so the
+# ownership check cannot unload it between the load and the request that asked for it.
+EMPTY_GROUP_GRACE_S = 30.0
 
 
 def _now_ms() -> int:
@@ -834,6 +838,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.active = False
         self._loaded: set[str] = set()  # groups whose stored state is loaded here
+        self._loaded_at: dict[str, float] = {}  # monotonic time of each load (EMPTY_GROUP_GRACE_S)
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cleanup_task: asyncio.Task[None] | None = None
@@ -934,6 +939,7 @@ class GroupCoordinator:
         if not self.active:
             return
         self._loaded.add(group_id)
+        self._loaded_at[group_id] = time.monotonic()
         if group_id not in self.groups and (self.store.has_offsets(group_id) or group_id in self.store.protocol_types):
             self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
         log.info("group %s: now coordinated by node %d (%d committed offsets loaded)", group_id, self.node_id,
@@ -946,6 +952,7 @@ class GroupCoordinator:
             self._unload(group)
             log.info("group %s: no longer coordinated by node %d: %s", group_id, self.node_id, why)
         self._loaded.discard(group_id)
+        self._loaded_at.pop(group_id, None)
         self.store.unload_group(group_id)
 
     async def check_ownership(self) -> None:
@@ -954,7 +961,7 @@ class GroupCoordinator:
         for gid in sorted(self._loaded | set(self.groups)):
             if not self.owns(gid):
                 self._unload_group(gid, f"it moved to node {self.coordinator_of(gid)}")
-            elif gid not in self.groups:
+            elif gid not in self.groups and time.monotonic() - self._loaded_at.get(gid, 0.0) >= EMPTY_GROUP_GRACE_S:
                 self._unload_group(gid, "nothing is left of it")
         if self._loaded:
             lost = await self.store.lost_groups(sorted(self._loaded))
