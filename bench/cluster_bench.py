@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brokers import machine
+from diskless_produce_bench import blast
 from report import record
 
 from tests.brokerproc import BrokerProcess
@@ -109,33 +110,6 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 # ---- throughput ---------------------------------------------------------------------------------
 
 
-def _blast(bootstrap: str, topic: str, rack: str, total_bytes: int, value_bytes: int, idempotent: bool,
-           out: mp.Queue) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": rack_client(rack), "acks": "all", "linger.ms": 5,
-                  "enable.idempotence": idempotent, "queue.buffering.max.kbytes": 262144, "batch.size": 1000000})
-    value = os.urandom(value_bytes)
-    n = max(1, total_bytes // value_bytes)
-    errors: list[str] = []
-
-    def cb(err, _msg):
-        if err is not None:
-            errors.append(str(err))
-
-    start = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, value, on_delivery=cb)
-                break
-            except BufferError:
-                p.poll(0.005)
-        p.poll(0)
-    left = p.flush(300)
-    out.put({"seconds": time.perf_counter() - start, "bytes": n * value_bytes, "errors": errors[:3], "left": left})
-
-
 def cpu_seconds(brokers: list[BrokerProcess]) -> float:
     """User + system CPU of the broker processes so far (Linux /proc), all threads."""
     total = 0
@@ -157,7 +131,8 @@ def throughput(brokers: list[BrokerProcess], args: argparse.Namespace) -> tuple[
     for i in range(args.producers):
         rack = RACKS[i % 3]
         bootstrap = brokers[i % len(brokers)].bootstrap  # with one broker: every rack's producer on it
-        procs.append(mp.Process(target=_blast, args=(bootstrap, "bench", rack, share, args.value_bytes, args.idempotent, q)))
+        procs.append(mp.Process(target=blast, args=(bootstrap, "bench", share, args.value_bytes, args.idempotent, q,
+                                                            rack_client(rack))))
     for pr in procs:
         pr.start()
     results = [q.get(timeout=600) for _ in procs]

@@ -39,10 +39,17 @@ def _producer_conf(bootstrap: str, idempotent: bool) -> dict:
             "queue.buffering.max.kbytes": 262144, "batch.size": 1000000}
 
 
-def _blast(bootstrap: str, topic: str, total_bytes: int, value_bytes: int, idempotent: bool, out: "mp.Queue") -> None:
+def blast(bootstrap: str, topic: str, total_bytes: int, value_bytes: int, idempotent: bool, out: "mp.Queue",
+          client_id: str | None = None) -> None:
+    """One producer process: ``total_bytes`` of ``value_bytes`` values as fast as acks=all allows;
+    puts seconds, bytes, the first errors and what was left unflushed on ``out`` (also used by
+    bench/cluster_bench.py, whose producers name their rack in ``client_id``)."""
     from confluent_kafka import Producer
 
-    p = Producer(_producer_conf(bootstrap, idempotent))
+    conf = _producer_conf(bootstrap, idempotent)
+    if client_id is not None:
+        conf["client.id"] = client_id
+    p = Producer(conf)
     value = os.urandom(value_bytes)
     n = max(1, total_bytes // value_bytes)
     errors: list[str] = []
@@ -67,7 +74,7 @@ def _blast(bootstrap: str, topic: str, total_bytes: int, value_bytes: int, idemp
 def throughput(bootstrap: str, topic: str, mib: int, producers: int, value_bytes: int, idempotent: bool) -> dict:
     q: mp.Queue = mp.Queue()
     share = (mib << 20) // producers
-    procs = [mp.Process(target=_blast, args=(bootstrap, topic, share, value_bytes, idempotent, q)) for _ in range(producers)]
+    procs = [mp.Process(target=blast, args=(bootstrap, topic, share, value_bytes, idempotent, q)) for _ in range(producers)]
     start = time.perf_counter()
     for pr in procs:
         pr.start()

@@ -19,6 +19,7 @@ the broker advertises (they differ behind NAT or a port forward).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import TopicCollection
 
@@ -104,3 +105,11 @@ def controller_address(conn: Connection) -> str:
     view = cluster_view(conn)
     return view.address(view.controller())
 
+
+def wire_client(conn: Connection, address: str | None = None) -> Any:
+    """kcli's own protocol client to ``address`` (default: the first bootstrap broker), with the
+    connection's timeout and security settings (TLS, SASL) — for the requests librdkafka cannot
+    send (DeletePartitions, OffsetDelete, the transaction tools)."""
+    from kcli.protocol.client import WireClient
+
+    return WireClient(address or first_bootstrap(conn.bootstrap), timeout=conn.timeout_s, properties=conn.properties)

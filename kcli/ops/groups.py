@@ -472,12 +472,12 @@ def delete_offsets(conn: Connection, group: str, topics: list[tuple[str, list[in
 
 def _coordinator_client(conn: Connection, group: str) -> Any:
     """kcli's protocol client connected to ``group``'s coordinator (FindCoordinator first)."""
-    from kcli.ops.partitions import _wire_client
+    from kcli.ops.brokers import wire_client
     from kcli.protocol.errors import error_name
 
     deadline = time.monotonic() + conn.timeout_s
     while True:
-        with _wire_client(conn) as wire:
+        with wire_client(conn) as wire:
             found = wire.request(10, 3, {"key": group, "key_type": 0})
         if not found.error_code:
             break
@@ -486,4 +486,4 @@ def _coordinator_client(conn: Connection, group: str) -> Any:
             raise KafkaApiError(name, f"group '{group}': {found.error_message or 'no coordinator'}",
                                 int(found.error_code))
         time.sleep(0.2)
-    return _wire_client(conn, f"{found.host}:{found.port}")
+    return wire_client(conn, f"{found.host}:{found.port}")

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
-from kcli.ops.brokers import first_bootstrap
+from kcli.ops.brokers import wire_client
 from kcli.ops.connection import Connection, admin, consumer
 from kcli.ops.partition_modes import (  # noqa: F401 - re-exported for callers of the shrink
     MODES_KEY,
@@ -123,12 +123,6 @@ class ShrinkPlan:
 # --- the wire request ------------------------------------------------------------------------
 
 
-def _wire_client(conn: Connection, address: str | None = None) -> Any:
-    from kcli.protocol.client import WireClient
-
-    return WireClient(address or first_bootstrap(conn.bootstrap), timeout=conn.timeout_s, properties=conn.properties)
-
-
 def _check_supported(client: Any, key: int) -> None:
     versions = client.request(18, 0, {})
     if not any(int(k.api_key) == key for k in versions.api_keys):
@@ -150,7 +144,7 @@ def delete_partitions(conn: Connection, topic: str, partitions: list[int], delay
         "timeout_ms": int(conn.timeout_s * 1000), "delete_partitions_delay": delay_ms,
         "topics": [{"name": topic, "partitions": sorted(partitions)}]})
     body = dataclasses.replace(body, validate_only=validate_only)
-    with _wire_client(conn, address) as client:
+    with wire_client(conn, address) as client:
         _check_supported(client, DELETE_PARTITIONS_KEY)
         resp = client.request(DELETE_PARTITIONS_KEY, 0, body)
     if resp.error_code:

@@ -59,9 +59,9 @@ class AbortResult:
 def _client(conn: Connection) -> Any:
     """kcli's own protocol client with the context's security settings (TLS, SASL), as every
     other kcli request goes."""
-    from kcli.ops.partitions import _wire_client
+    from kcli.ops.brokers import wire_client
 
-    return _wire_client(conn)
+    return wire_client(conn)
 
 
 def _check(code: int, message: str | None = None) -> None:
