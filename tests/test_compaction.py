@@ -211,22 +211,81 @@ def test_a_producers_last_batch_is_kept_empty_so_its_sequence_state_survives(tmp
     plog.close()
 
 
-def test_control_and_transactional_batches_do_not_break_a_pass(tmp_path: Path) -> None:
-    """kcli has no transactions yet: markers are kept as they are, transactional data is
-    compacted like any other (the emptied last batch of its producer stays, empty)."""
+def _txn(plog: PartitionLog, pid: int, seq: int, items: list[tuple[bytes, bytes | None]], now: int = T0) -> int:
+    res = plog.append(build_batch([(k, v, []) for k, v in items], producer_id=pid, producer_epoch=0,
+                                  base_sequence=seq, transactional=True), now_ms=now)
+    return res.base_offset
+
+
+def _marker(plog: PartitionLog, pid: int, commit: bool, now: int = T0) -> int:
     from kcli.dumplog.synth import control_batch
     from kcli.storage.log import AppendOrigin
 
+    return plog.append(control_batch(0, commit, pid, 0, timestamp=now), now_ms=now, origin=AppendOrigin.COORDINATOR).base_offset
+
+
+def _markers(plog: PartitionLog) -> list[int]:
+    return [h.base_offset for h in iter_headers(plog.read(0, 1 << 20).records) if h.is_control]
+
+
+def test_aborted_data_never_hides_committed_data_and_markers_go_after_their_data(tmp_path: Path) -> None:
+    """Kafka's CleanedTransactionMetadata: an aborted record is not in the offset map (the
+    committed value it would hide survives) and is dropped; a marker stays while the pass read
+    data of its transaction, then gets a delete horizon and goes once that passed."""
     plog = PartitionLog.open(tmp_path / "t-0", _config())
-    plog.append(build_batch([(b"k", b"txn", [])], producer_id=9, producer_epoch=0, base_sequence=0,
-                            transactional=True), now_ms=T0)
-    plog.append(control_batch(0, True, 9, 0), now_ms=T0, origin=AppendOrigin.COORDINATOR)
-    plog.append(build_batch([(b"k", b"plain", [])]), now_ms=T0)
+    _txn(plog, 9, 0, [(b"a", b"c1")])            # 0
+    _marker(plog, 9, True)                        # 1
+    _txn(plog, 10, 0, [(b"a", b"aborted")])      # 2
+    abort = _marker(plog, 10, False)              # 3
+    _txn(plog, 9, 1, [(b"z", b"c2")])            # 4
+    _marker(plog, 9, True)                        # 5
+    _txn(plog, 10, 1, [(b"y", b"ok")])           # 6
+    _marker(plog, 10, True)                       # 7
+    plog.append(build_batch([(b"b", b"x", [])]), now_ms=T0)  # 8
     plog.roll(T0)
-    assert clean_log(plog, None, T0) is not None
-    kinds = [(h.base_offset, h.is_control, h.records_count) for h in iter_headers(plog.read(0, 1 << 20).records)]
-    assert kinds == [(0, False, 0), (1, True, 1), (2, False, 1)]
-    assert [(o, k, v) for o, k, v in _records(plog) if o != 1] == [(2, b"k", b"plain")]
+    assert plog.aborted_transactions(0, 9)[0].last_offset == abort
+    clean_log(plog, None, T0, force=True)
+    assert [(o, k, v) for o, k, v in _records(plog) if o not in (1, 3, 5, 7)] == \
+        [(0, b"a", b"c1"), (4, b"z", b"c2"), (6, b"y", b"ok"), (8, b"b", b"x")]
+    assert _markers(plog) == [1, 3, 5, 7], "every marker still guarded data read in this pass"
+    clean_log(plog, 9, T0 + 1, force=True)
+    assert _markers(plog) == [1, 3, 5, 7], "the ABORT marker only got its delete horizon"
+    later = T0 + 2 + DELETE_RETENTION
+    clean_log(plog, 9, later, force=True)
+    assert _markers(plog) == [1, 5, 7], "the ABORT marker went after its horizon; COMMITs guard live data"
+    # The committed record of the first transaction is superseded: its marker follows it out.
+    plog.append(build_batch([(b"a", b"new", [])]), now_ms=later)
+    plog.roll(later)
+    for now in (later, later + 1, later + 2 + DELETE_RETENTION):
+        clean_log(plog, None, now, force=True)
+    assert _markers(plog) == [5, 7]
+    assert [(o, k, v) for o, k, v in _records(plog) if o not in (5, 7)] == \
+        [(4, b"z", b"c2"), (6, b"y", b"ok"), (8, b"b", b"x"), (9, b"a", b"new")]
+    path = plog.dir
+    plog.close()
+    plog = PartitionLog.open(path, _config())  # the replay finds no open transaction left behind
+    assert plog.last_stable_offset == plog.log_end_offset and plog.open_transactions() == {}
+    plog.close()
+
+
+def test_an_open_transaction_is_not_cleaned_and_its_abort_keeps_the_committed_value(tmp_path: Path) -> None:
+    """Nothing at or after the first unstable offset is cleaned: an open transaction's record
+    must not hide the committed value of its key, which is the one left when it aborts."""
+    plog = PartitionLog.open(tmp_path / "t-0", _config())
+    plog.append(build_batch([(b"c", b"v1", [])]), now_ms=T0)
+    plog.roll(T0)
+    _txn(plog, 11, 0, [(b"c", b"open")])
+    plog.append(build_batch([(b"d", b"x", [])]), now_ms=T0)
+    plog.roll(T0)
+    plog.append(build_batch([(b"d", b"y", [])]), now_ms=T0)
+    plog.roll(T0)
+    clean_log(plog, None, T0, force=True)
+    assert [(o, k, v) for o, k, v in _records(plog)] == [(0, b"c", b"v1"), (1, b"c", b"open"), (2, b"d", b"x"),
+                                                         (3, b"d", b"y")]
+    _marker(plog, 11, False)
+    plog.roll(T0)
+    clean_log(plog, None, T0 + 1, force=True)
+    assert [(o, k, v) for o, k, v in _records(plog) if o != 4] == [(0, b"c", b"v1"), (3, b"d", b"y")]
     plog.close()
 
 
@@ -553,3 +612,47 @@ def test_emptied_batches_of_idempotent_producers_are_read_by_real_clients(cbroke
     kc.seek_to_beginning()
     assert [(m.offset, m.key, m.value) for m in kc] == want
     kc.close()
+
+
+def test_transactional_changelog_is_compacted_as_read_committed_sees_it(cbroker: BrokerProcess) -> None:
+    """confluent-kafka's transactional producer on a compacted topic: the cleaner drops the
+    aborted records (read_uncommitted consumers stop seeing them too), never lets them hide the
+    committed value of their key, and both isolation levels read the same survivors after."""
+    b = cbroker
+    create_topic(b.bootstrap, "txn-changelog", 1, COMPACT)
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "changelog-writer", "linger.ms": 5})
+    p.init_transactions(30)
+    for round_ in range(3):
+        p.begin_transaction()
+        for k in range(20):
+            p.produce("txn-changelog", b"committed-%d-%d" % (round_, k), key=b"key-%02d" % k, partition=0)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        for k in range(20):
+            p.produce("txn-changelog", b"aborted-%d-%d" % (round_, k), key=b"key-%02d" % k, partition=0)
+        p.flush(30)
+        p.abort_transaction(30)
+    time.sleep(1.2)  # segment.ms: the next record rolls the segment, everything above is cleanable
+    produce(b.bootstrap, "txn-changelog", [b"end"], keys=[END_KEY], partition=0)
+
+    def read(isolation: str) -> list[tuple[int, bytes, bytes | None]]:
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"g-{time.monotonic_ns()}",
+                      "enable.auto.commit": False, "isolation.level": isolation})
+        c.assign([TopicPartition("txn-changelog", 0, 0)])
+        out: list[tuple[int, bytes, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline and not (out and out[-1][1] == END_KEY):
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    out.append((m.offset(), m.key(), m.value()))
+        finally:
+            c.close()
+        return out
+
+    expected = {b"key-%02d" % k: b"committed-2-%d" % k for k in range(20)} | {END_KEY: b"end"}
+    cleaned = wait_until(lambda: (r := read("read_uncommitted")) and {k: v for _o, k, v in r} == expected
+                         and len(r) == len(expected) and r, timeout=60, interval=1.0,
+                         what="aborted records dropped and the committed values kept")
+    assert read("read_committed") == cleaned
+    p.flush(10)

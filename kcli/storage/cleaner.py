@@ -25,7 +25,15 @@ How a pass works, as Kafka's LogCleaner / Cleaner / LogCleanerManager do it:
   producer, kept as an empty batch so its sequence state survives (Kafka does the same).
 - Tombstones (null value) follow KIP-534: the first pass that keeps one stamps its batch with a
   delete horizon (attribute bit 0x40, base timestamp = now + ``delete.retention.ms``); a pass
-  after the horizon drops it. Control batches are kept as they are (kcli has no transactions).
+  after the horizon drops it.
+- Transactions, as Kafka's CleanedTransactionMetadata handles them: the dirty section ends
+  below the segment holding the first offset of an open transaction (nothing unstable is
+  cleaned, so an open transaction's records never shadow committed ones); batches of aborted
+  transactions are left out of the offset map and dropped (an empty batch stays where it is a
+  producer's last); a COMMIT or ABORT marker is kept while the pass still read data of its
+  transaction, then stamped with a delete horizon like a tombstone and dropped once that passed.
+  One :class:`CleanedTransactions` follows the whole pass, from the log start, so a marker is
+  only dropped when no batch of its transaction is left before it.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from crc32c import crc32c
 
 from kcli import faults
 from kcli.fsutil import fsync_dir
+from kcli.records.control import COMMIT, control_type
 from kcli.records.batch import (
     COMPRESSION_MASK,
     DELETE_HORIZON_MASK,
@@ -54,6 +63,7 @@ from kcli.storage.errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, LogError
 from kcli.storage.index import INT32_MAX
 from kcli.storage.log import CleanableSegment, CleaningSnapshot, PartitionLog
 from kcli.storage.segment import CLEANED_SUFFIX, LOG_SUFFIX, segment_name
+from kcli.storage.txn_state import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +149,11 @@ def cleanable_range(snap: CleaningSnapshot, checkpoint: int | None, min_lag_ms: 
     if first_dirty < start or first_dirty > snap.active_base_offset:
         first_dirty = start  # the log was truncated or its start moved past the checkpoint
     uncleanable = snap.active_base_offset
+    if snap.first_unstable_offset is not None:
+        # Not the offset itself: the segment holding it is not cleaned (its later records may be
+        # an open transaction's), as Kafka bounds the dirty section by the first unstable offset.
+        held = [s.base_offset for s in segs if s.base_offset <= snap.first_unstable_offset < s.end_offset]
+        uncleanable = min(uncleanable, max(held[0] if held else snap.first_unstable_offset, first_dirty))
     dirty = [s for s in segs if s.end_offset > first_dirty]
     if min_lag_ms > 0:
         for s in dirty:
@@ -303,10 +318,12 @@ class CleanResult:
 
 
 def build_offset_map(segs: list[CleanableSegment], first_dirty: int, upper: int,
-                     max_bytes: int) -> tuple[dict[bytes, int], int, int]:
+                     max_bytes: int, aborted: tuple[AbortedTxn, ...] = ()) -> tuple[dict[bytes, int], int, int]:
     """Kafka's buildOffsetMap: key -> latest offset over the dirty segments, segment by
-    segment until the keys cost ``max_bytes`` (at least one segment is mapped). Returns (map,
-    end offset, bytes read)."""
+    segment until the keys cost ``max_bytes`` (at least one segment is mapped). Records of
+    ``aborted`` transactions are not mapped: they must never hide a committed record. Returns
+    (map, end offset, bytes read)."""
+    txns = CleanedTransactions(aborted)
     offsets: dict[bytes, int] = {}
     end = first_dirty
     read = 0
@@ -320,7 +337,7 @@ def build_offset_map(segs: list[CleanableSegment], first_dirty: int, upper: int,
             break
         for h, data in iter_batches(seg):
             read += len(data)
-            if h.is_control or h.last_offset < first_dirty:
+            if h.is_control or h.last_offset < first_dirty or txns.is_aborted(h):
                 continue
             for rec in decode_records(data):
                 if rec.key is not None and rec.offset >= first_dirty:
@@ -341,10 +358,12 @@ def clean_log(plog: PartitionLog, checkpoint: int | None, now_ms: int, *, force:
         due = rng.dirty_bytes > 0 and (rng.ratio >= config.min_cleanable_dirty_ratio or rng.must_clean)
         if not (due or force) or not snap.segments:
             return None
-        offsets, end, read = build_offset_map(snap.segments, rng.first_dirty, rng.first_uncleanable, max_map_bytes)
+        offsets, end, read = build_offset_map(snap.segments, rng.first_dirty, rng.first_uncleanable, max_map_bytes,
+                                              snap.aborted)
         result = CleanResult(rng.first_dirty, end, rng.ratio, bytes_read=read)
+        txns = CleanedTransactions(snap.aborted)
         for group in _groups([s for s in snap.segments if s.end_offset <= end], config.segment_bytes):
-            if not _clean_group(plog, group, offsets, snap.producer_last_offsets, now_ms, result):
+            if not _clean_group(plog, group, offsets, snap.producer_last_offsets, now_ms, result, txns):
                 result.aborted = True
                 break
         return result
@@ -370,7 +389,8 @@ def _groups(segs: list[CleanableSegment], max_bytes: int) -> list[list[Cleanable
 
 
 def _clean_group(plog: PartitionLog, group: list[CleanableSegment], offsets: dict[bytes, int],
-                 producer_last: dict[int, int], now_ms: int, result: CleanResult) -> bool:
+                 producer_last: dict[int, int], now_ms: int, result: CleanResult,
+                 txns: "CleanedTransactions | None" = None) -> bool:
     """Rewrite one group into ``<base>.log.cleaned`` and swap it in (skipped when a lone
     segment would come out unchanged). False when the swap was refused (segments gone)."""
     horizon_new = now_ms + plog.config.delete_retention_ms
@@ -382,7 +402,7 @@ def _clean_group(plog: PartitionLog, group: list[CleanableSegment], offsets: dic
         out = bytearray()
         for seg in group:
             for h, data in iter_batches(seg):
-                kept, verbatim = filter_batch(h, data, offsets, producer_last, now_ms, horizon_new, result)
+                kept, verbatim = filter_batch(h, data, offsets, producer_last, now_ms, horizon_new, result, txns)
                 if kept is None:
                     changed = True
                     continue
@@ -424,11 +444,86 @@ def _write(fd: int, out: bytearray) -> int:
     return n
 
 
+class CleanedTransactions:
+    """Kafka's CleanedTransactionMetadata: which batches of one pass belong to aborted
+    transactions, and which markers no longer guard any data. Fed every batch in offset order."""
+
+    def __init__(self, aborted: tuple[AbortedTxn, ...] | list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a.first_offset)
+        self._next = 0
+        self._aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, data batch read?]
+        self._committed: set[int] = set()  # producers whose open (not aborted) data was read
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= offset:
+            a = pending[self._next]
+            self._next += 1
+            if a.last_offset >= offset:
+                self._aborted[a.producer_id] = [a, False]
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        """Whether data batch ``h`` belongs to an aborted transaction (its records must go)."""
+        self._reach(h.last_offset)
+        if not h.is_transactional:
+            return False
+        entry = self._aborted.get(h.producer_id)
+        if entry is not None and entry[0].last_offset < h.base_offset:
+            del self._aborted[h.producer_id]  # its marker was before this pass's first batch
+            entry = None
+        if entry is None:
+            self._committed.add(h.producer_id)
+            return False
+        entry[1] = True
+        return True
+
+    def marker_is_free(self, h: BatchHeader, commit: bool) -> bool:
+        """Whether marker ``h`` may go (after its delete horizon): no batch of its transaction
+        was read in this pass."""
+        self._reach(h.last_offset)
+        pid = h.producer_id
+        if commit:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        self._committed.discard(pid)
+        entry = self._aborted.pop(pid, None)
+        return not (entry is not None and entry[1])
+
+
+def _filter_marker(h: BatchHeader, data: bytes, producer_last: dict[int, int], now_ms: int, horizon_new: int,
+                   result: CleanResult, txns: CleanedTransactions) -> tuple[bytes | None, bool]:
+    commit = control_type(data) == COMMIT
+    if not txns.marker_is_free(h, commit) or producer_last.get(h.producer_id) == h.last_offset:
+        return data, True  # still guards data, or the producer's last batch (its epoch state)
+    if not h.has_delete_horizon:
+        if result.delete_horizon is None or horizon_new < result.delete_horizon:
+            result.delete_horizon = horizon_new
+        return encode_batch(h, decode_records(data), horizon_new), False
+    if now_ms >= h.base_timestamp:
+        result.records_removed += 1
+        return None, False
+    if result.delete_horizon is None or h.base_timestamp < result.delete_horizon:
+        result.delete_horizon = h.base_timestamp
+    return data, True
+
+
 def filter_batch(h: BatchHeader, data: bytes, offsets: dict[bytes, int], producer_last: dict[int, int],
-                  now_ms: int, horizon_new: int, result: CleanResult) -> tuple[bytes | None, bool]:
-    """(bytes to write or None to drop, whether they are the original bytes)."""
+                  now_ms: int, horizon_new: int, result: CleanResult,
+                  txns: CleanedTransactions | None = None) -> tuple[bytes | None, bool]:
+    """(bytes to write or None to drop, whether they are the original bytes). Without
+    ``txns`` markers and transactional data are kept as they are."""
     if h.is_control:
-        return data, True  # no transactions in kcli yet: markers stay as they are
+        if txns is None:
+            return data, True
+        return _filter_marker(h, data, producer_last, now_ms, horizon_new, result, txns)
+    if txns is not None and txns.is_aborted(h):
+        result.records_read += h.records_count
+        result.records_removed += h.records_count
+        if h.producer_id >= 0 and producer_last.get(h.producer_id) == h.last_offset:
+            return encode_batch(h, [], None), False  # keep the producer's sequence state
+        return None, False
     records = decode_records(data)
     result.records_read += len(records)
     horizon = h.base_timestamp if h.has_delete_horizon else None

@@ -155,6 +155,11 @@ class CleaningSnapshot:
     log_end_offset: int
     segments: list[CleanableSegment]  # every inactive segment, oldest first
     producer_last_offsets: dict[int, int]  # producer id -> last offset it wrote (kept batches)
+    # Transactions (Kafka's firstUnstableOffset and collectAbortedTransactions): the cleaner
+    # stops below the segment holding the first offset of an open transaction, drops aborted
+    # data and decides when markers may go.
+    first_unstable_offset: int | None = None
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def close(self) -> None:
         for seg in self.segments:
@@ -857,7 +862,9 @@ class PartitionLog:
                     os.close(c.fd)
                 raise LogError(KAFKA_STORAGE_ERROR, f"cannot read {self.dir} for cleaning: {exc}") from exc
             producers = {pid: e.last_offset for pid, e in self._producers.producers().items()}
-            return CleaningSnapshot(self._log_start, self._active.base_offset, self._leo, out, producers)
+            unstable = min(self._txns.ongoing.values()) if self._txns.ongoing else None
+            return CleaningSnapshot(self._log_start, self._active.base_offset, self._leo, out, producers,
+                                    unstable, tuple(self._txns.aborted_between(self._log_start, self._leo)))
 
     def replace_segments(self, old: list[CleanableSegment], cleaned: Path, now_ms: int) -> bool:
         """Swap the cleaner's ``<base>.log.cleaned`` (complete and fsynced) in for the
