@@ -322,6 +322,35 @@ def test_broker_over_a_failing_local_store_loses_nothing_and_recovers(broker_fac
     assert counter(b.bootstrap, "diskless.cleaner.orphans_deleted") >= 1
 
 
+def test_a_later_batch_of_a_producer_whose_batch_failed_waits_for_the_retry(broker_factory, tmp_path):
+    """The race the fault soak found: batch A (sequence 0) of a new idempotent producer fails to
+    upload; its batch B (sequence 1), sent while A was in flight, arrives after A's failure was
+    answered. The coordinator has no state for the producer, so it would take B as the first
+    batch; librdkafka, seeing B acknowledged, counts A as written (an acknowledgement without an
+    offset) and A is lost. B must be refused until A's retry comes back, then both land in order."""
+    switch, stats = tmp_path / "faults-on", tmp_path / "stats.json"
+    switch.touch()
+    b = broker_factory({**FAST, "diskless.storage.class.name": FAULTY,
+                        "diskless.storage.delegate.uri": (tmp_path / "objects").as_uri(),
+                        "diskless.storage.failure.rate": "1.0", "diskless.storage.failure.operations": "upload",
+                        "diskless.storage.switch.file": str(switch), "diskless.storage.stats.file": str(stats)})
+    create_topic(b.bootstrap, "seq", 1, DISKLESS)
+    now = int(time.time() * 1000)
+    with WireClient(b.bootstrap) as client:
+        init = client.request(22, 1, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        a = batch([b"a0", b"a1"], producer_id=pid, epoch=epoch, base_sequence=0, timestamp=now)
+        later = batch([b"b0"], producer_id=pid, epoch=epoch, base_sequence=2, timestamp=now)
+        assert produce_result(client.request(0, 9, produce_body("seq", 0, a)))[0] == 56
+        switch.unlink()  # the store works again; B arrives only now
+        assert produce_result(client.request(0, 9, produce_body("seq", 0, later))) == (56, -1), \
+            "a batch after a failed one of its producer was accepted"
+        assert produce_result(client.request(0, 9, produce_body("seq", 0, later)))[0] == 56, "still fenced"
+        assert produce_result(client.request(0, 9, produce_body("seq", 0, a))) == (0, 0)  # the retry
+        assert produce_result(client.request(0, 9, produce_body("seq", 0, later))) == (0, 2)
+    assert counter(b.bootstrap, "diskless.append.fenced") >= 2
+
+
 def test_broker_over_a_failing_s3_store_loses_nothing_and_recovers(broker_factory, tmp_path, s3_bucket):
     switch, stats = tmp_path / "faults-on", tmp_path / "stats.json"
     switch.touch()

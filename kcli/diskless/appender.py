@@ -21,7 +21,14 @@ Failures answer every waiting request with a retriable error and commit nothing:
 
 After a failure, objects already queued behind it (and the buffer being filled) are failed too
 without committing, so a later request of an idempotent producer can never be committed ahead
-of an earlier one that failed.
+of an earlier one that failed. A request that arrives only after the failure was answered (the
+producer sent it while the failed one was in flight) is held to the same rule by a *sequence
+fence*: per (partition, producer id) the first base sequence that failed; until a batch with that
+sequence comes back (the producer's retry), a later batch of the producer on that partition is
+answered KAFKA_STORAGE_ERROR too. Without it the coordinator would accept the later batch of a
+producer it has no state for yet (any first sequence is valid there, as in Kafka), and the
+producer, seeing a later batch acknowledged, counts the failed one as written (librdkafka's
+implicit acknowledgement) — an acknowledged record that was never stored.
 """
 
 from __future__ import annotations
@@ -125,6 +132,23 @@ class _Pending:
     indices: list[int]
     log_append_time: bool
     started: float
+    records: bytes | bytearray | memoryview = b""
+    spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+FENCE_TTL_S = 900.0  # longer than any client's delivery timeout: a fence nobody retries expires
+FENCE_MAX = 100_000
+
+
+def _producer_batches(records: bytes | bytearray | memoryview, spans: list[tuple[int, int]]
+                      ) -> list[tuple[int, int, int]]:
+    """(producer id, epoch, base sequence) of each idempotent batch of one partition's records."""
+    out = []
+    for pos, _size in spans:
+        h = read_header(records, pos)
+        if h.producer_id >= 0:
+            out.append((h.producer_id, h.producer_epoch, h.base_sequence))
+    return out
 
 
 @dataclass
@@ -178,6 +202,8 @@ class Appender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._upload_slots = asyncio.Semaphore(max_concurrent_uploads)
         self.in_flight_keys: set[str] = set()  # uploading or uploaded, not yet committed/failed
+        # (partition, producer id) -> (epoch, first failed base sequence, monotonic time): see module doc
+        self._fences: dict[tuple["TopicIdPartition", int], tuple[int, int, float]] = {}
 
     # -- accepting ---------------------------------------------------------------------------
 
@@ -201,6 +227,11 @@ class Appender:
             response["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]
             fut.set_result(response)
             return fut
+        if self._fences and self._fenced(tip, records, spans):
+            self.metrics.inc("diskless.append.fenced")
+            fut.set_result(_error_response(partition, KAFKA_STORAGE_ERROR,
+                                           "an earlier batch of this producer failed; retry it first"))
+            return fut
         buf = self._buffer
         if buf is None:
             buf = self._buffer = _Buffer()
@@ -212,12 +243,40 @@ class Appender:
             view = memoryview(records)
             indices = [builder.add(tip, view[pos:pos + size]) for pos, size in spans]
         buf.timestamp_types[id(tip)] = LOG_APPEND_TIME if log_append_time else CREATE_TIME
-        buf.pending.append(_Pending(fut, tip, partition, indices, log_append_time, time.monotonic()))
+        buf.pending.append(_Pending(fut, tip, partition, indices, log_append_time, time.monotonic(), records, spans))
         self.metrics.inc("diskless.append.requests")
         self.metrics.inc("diskless.append.bytes", len(records))
         if builder.size >= self.max_bytes:
             self._close_buffer()
         return fut
+
+    def _fenced(self, tip: "TopicIdPartition", records: bytes | bytearray | memoryview,
+                spans: list[tuple[int, int]]) -> bool:
+        """Whether a batch of these records comes after a failed, not yet retried one of its
+        producer. The retry itself (the failed base sequence) lifts the fence; so does a new epoch."""
+        now = time.monotonic()
+        for pid, epoch, base_seq in _producer_batches(records, spans):
+            fence = self._fences.get((tip, pid))
+            if fence is None:
+                continue
+            f_epoch, f_seq, at = fence
+            if epoch != f_epoch or base_seq == f_seq or now - at > FENCE_TTL_S:
+                del self._fences[(tip, pid)]
+                continue
+            return True
+        return False
+
+    def _fence(self, buf: _Buffer) -> None:
+        """Remember the first failed sequence of each producer in a failed object."""
+        now = time.monotonic()
+        for p in buf.pending:
+            for pid, epoch, base_seq in _producer_batches(p.records, p.spans):
+                key = (p.tip, pid)
+                fence = self._fences.get(key)
+                if fence is None or fence[0] != epoch:
+                    if len(self._fences) >= FENCE_MAX:
+                        self._fences.pop(next(iter(self._fences)))
+                    self._fences[key] = (epoch, base_seq, now)
 
     @property
     def buffered_bytes(self) -> int:
@@ -337,6 +396,7 @@ class Appender:
 
     def _fail(self, buf: _Buffer, code: int, message: str) -> None:
         self.metrics.inc("diskless.append.errors", len(buf.pending))
+        self._fence(buf)
         for p in buf.pending:
             if not p.future.done():
                 p.future.set_result(_error_response(p.partition, code, message))
