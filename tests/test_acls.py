@@ -46,6 +46,7 @@ from kcli.broker.metadata_log import InvalidRecordError, MetadataLog, check_reco
 from kcli.broker.sasl import UsersFile, hash_password
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
+from tests.diskless_helpers import wait_until
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - fixture
 from tests.test_output_formats import assert_documented
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
@@ -214,6 +215,13 @@ def test_produce_needs_write_and_deny_wins(authz_broker):
     [err] = produce_errors(bs, "bob", "orders")
     assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert produce_errors(bs, "admin", "secret") == [None]  # super user: no ACL needed
+    # Kafka's authorizer logger: each denial is one INFO line naming who, what and where.
+    # (bob, who may not even describe "orders", is refused by the producer's Metadata request.)
+    log = wait_until(lambda: (t := authz_broker.log_text()) and "User:bob is Denied operation = DESCRIBE" in t and t,
+                     20, what="the denial in the broker log")
+    assert "Principal = User:alice is Denied operation = WRITE from host = 127.0.0.1 on resource = " \
+        "Topic:LITERAL:secret for request = Produce" in log
+    assert "on resource = Topic:LITERAL:orders for request = Metadata" in log
 
 
 def test_prefixed_acls_and_metadata_hides_topics(authz_broker):
@@ -222,6 +230,9 @@ def test_prefixed_acls_and_metadata_hides_topics(authz_broker):
     assert produce_errors(bs, "bob", "logs-app") == [None]
     md = admin_of(bs, "bob").list_topics(timeout=15)
     assert sorted(md.topics) == ["logs-app"]  # WRITE implies DESCRIBE; the others are not even listed
+    # Hidden from an all-topics answer without a denial line (Kafka: logIfDenied off there).
+    assert "User:bob is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = Topic:LITERAL:secret" \
+        not in authz_broker.log_text()
     assert admin_of(bs, "bob").list_topics("other", timeout=15).topics["other"].error.code() == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     # with the authorized operations asked for (Metadata v8+/v10+): what bob may do on logs-app

@@ -18,13 +18,14 @@ operation, as Kafka reports then). Other modules ask :func:`authorize` / :func:`
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.acl import CLUSTER_NAME, AclOperation as Op, ResourceType as RT, all_operations_bits
-from kcli.broker.dispatch import ApiHandler, HandlerFn, RequestContext
+from kcli.broker.dispatch import HANDLERS, ApiHandler, HandlerFn, RequestContext
 from kcli.protocol import codec
 
 TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)  # 29
@@ -60,15 +61,39 @@ def peer_host(peer: str) -> str:
     return host.strip("[]")
 
 
-def authorize(ctx: RequestContext, operation: int, resource_type: int, name: str) -> bool:
+# Kafka's kafka.authorizer.logger: a denial at INFO, an allowed operation at DEBUG.
+audit_log = logging.getLogger("kcli.authorizer")
+
+
+def _enum_name(enum: type, value: int) -> str:
+    try:
+        return enum(value).name
+    except ValueError:
+        return str(value)
+
+
+def authorize(ctx: RequestContext, operation: int, resource_type: int, name: str, *, log_denied: bool = True) -> bool:
     """May this request's principal do ``operation`` on the resource? True without an authorizer.
 
-    The one call for code outside this module (e.g. transactions: WRITE on TRANSACTIONAL_ID)."""
+    The one call for code outside this module (e.g. transactions: WRITE on TRANSACTIONAL_ID). As
+    Kafka's authorizer logger does, each decision is logged (``log_denied=False`` where Kafka's
+    action has logIfDenied off: filtering an all-topics Metadata answer)."""
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return True
-    return authorizer.authorize(ctx.connection.principal, peer_host(ctx.connection.peer), operation,
-                                resource_type, name)
+    conn = ctx.connection
+    host = peer_host(conn.peer)
+    allowed = authorizer.authorize(conn.principal, host, operation, resource_type, name)
+    level = logging.DEBUG if allowed or not log_denied else logging.INFO
+    if audit_log.isEnabledFor(level):
+        handler = HANDLERS.get(ctx.header.api_key)
+        verdict, op, rtype = "Allowed" if allowed else "Denied", _enum_name(Op, operation), _enum_name(RT, resource_type)
+        audit_log.log(level, "Principal = %s is %s operation = %s from host = %s on resource = %s:LITERAL:%s for request = %s",
+                      conn.principal, verdict, op, host, rtype.title().replace("_", ""), name,
+                      handler.name if handler else ctx.header.api_key,
+                      extra={"event": f"authorizer.{verdict.lower()}", "principal": conn.principal,
+                             "client_host": host, "operation": op, "resource_type": rtype, "resource": name})
+    return allowed
 
 
 def authorize_many(ctx: RequestContext, actions: Iterable[tuple[int, int, str]]) -> list[bool]:
@@ -88,7 +113,7 @@ class Authz:
     def version(self) -> int:
         return self.ctx.api_version
 
-    def allowed(self, op: int, rtype: int, name: str | None) -> bool:
+    def allowed(self, op: int, rtype: int, name: str | None, *, log_denied: bool = True) -> bool:
         if self.authorizer is None:
             return True
         if name is None:
@@ -96,7 +121,7 @@ class Authz:
         key = (int(op), int(rtype), name)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = authorize(self.ctx, op, rtype, name)
+            hit = self._cache[key] = authorize(self.ctx, op, rtype, name, log_denied=log_denied)
         return hit
 
     def cluster(self, op: int) -> bool:
@@ -286,7 +311,7 @@ async def _metadata(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
     if all_topics:
         body = await call(req)
         assert body is not None
-        body["topics"] = [t for t in body["topics"] if az.allowed(Op.DESCRIBE, RT.TOPIC, t["name"])]
+        body["topics"] = [t for t in body["topics"] if az.allowed(Op.DESCRIBE, RT.TOPIC, t["name"], log_denied=False)]
     else:
         keep = []
         auto = b.config.get_bool("auto.create.topics.enable") and getattr(req, "allow_auto_topic_creation", True)
