@@ -230,6 +230,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
     # Transactions (KIP-98)
     ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, "Partitions over which transactional ids are spread to place their coordinators in a cluster (as __transaction_state's).", at_least(1), read_only=True),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
               "How often transactions past their timeout are aborted.", at_least(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000,

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
+from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, request as inter_broker_request
 
 
 def _fenced_for(code: int, version: int, first_version: int) -> int:
@@ -82,6 +83,10 @@ async def end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handler(28, "TxnOffsetCommit", 0, 3)
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """Sent to the group's coordinator, which checks the group and the membership; the offsets
+    are kept with the transaction, at its coordinator — here, or passed on to the broker that
+    coordinates the transactional id (kcli/broker/interbroker.py), which takes a passed-on
+    request without checking the group again."""
     b = ctx.broker
     coord = _coordinator(ctx)
     order: list[tuple[str, int]] = []
@@ -97,14 +102,19 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
             else:
                 wanted[tp] = (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                               p.committed_metadata or "")
+    passed_on = ctx.client_id == INTER_BROKER_CLIENT_ID
     group_err = 0
     if coord is None or b.groups is None:
         group_err = int(ErrorCode.coordinator_not_available)
-    elif ctx.api_version >= 3:
-        group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
-                                                     getattr(req, "group_instance_id", None))
+    elif not passed_on:
+        group_err = await b.groups.route(req.group_id)
+        if not group_err and ctx.api_version >= 3:
+            group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
+                                                         getattr(req, "group_instance_id", None))
     if group_err:
         codes.update({tp: group_err for tp in wanted})
+    elif wanted and not passed_on and coord.coordinator_of(req.transactional_id) != b.node_id:
+        codes.update(await _pass_on(ctx, coord.coordinator_of(req.transactional_id), req, wanted))
     elif wanted:
         codes.update(await coord.txn_offset_commit(req.transactional_id, req.group_id, int(req.producer_id),
                                                    int(req.producer_epoch), wanted))
@@ -113,6 +123,26 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         topics.setdefault(tp[0], []).append(
             {"partition_index": tp[1], "error_code": _fenced_for(codes[tp], ctx.api_version, 2)})
     return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+async def _pass_on(ctx: RequestContext, node: int, req: Any,
+                   wanted: dict[tuple[str, int], tuple[int, int, str]]) -> dict[tuple[str, int], int]:
+    """TxnOffsetCommit at the transactional id's coordinator ``node``; its codes per partition
+    (COORDINATOR_NOT_AVAILABLE when it cannot be reached: the client retries)."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, leader_epoch, metadata) in wanted.items():
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                               "committed_leader_epoch": leader_epoch,
+                                               "committed_metadata": metadata})
+    body = {"transactional_id": req.transactional_id, "group_id": req.group_id, "producer_id": int(req.producer_id),
+            "producer_epoch": int(req.producer_epoch), "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+    try:
+        resp = await inter_broker_request(ctx.broker, node, 28, 3, body)
+    except InterBrokerError:
+        return {tp: int(ErrorCode.coordinator_not_available) for tp in wanted}
+    got = {(t.name, int(p.partition_index)): int(p.error_code) for t in resp.topics for p in t.partitions}
+    return {tp: got.get(tp, int(ErrorCode.coordinator_not_available)) for tp in wanted}
 
 
 # ---- admin: kafka-transactions.sh's APIs -------------------------------------------------------
@@ -163,9 +193,10 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]
     coord = _coordinator(ctx)
     out = []
     for tid in req.transactional_ids:
-        md = coord.txns.get(tid) if coord is not None else None
+        routed = await coord.route(tid) if coord is not None else ErrorCode.coordinator_not_available
+        md = coord.txns.get(tid) if coord is not None and not routed else None
         if md is None:
-            code = ErrorCode.coordinator_not_available if coord is None else ErrorCode.transactional_id_not_found
+            code = routed or ErrorCode.transactional_id_not_found
             out.append({"error_code": code, "transactional_id": tid, "transaction_state": "",
                         "transaction_timeout": 0, "transaction_start_time": _ms_time(-1), "producer_id": -1,
                         "producer_epoch": -1, "topics": []})

@@ -1,0 +1,135 @@
+"""Transactions in a cluster: real broker processes over one PostgreSQL, confluent-kafka's
+transactional producer writing classic partitions hosted on different brokers (markers sent
+between brokers), offsets committed at a group coordinator on another broker, each
+transactional id coordinated by one broker, and kill -9 of that coordinator mid-transaction."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kcli.broker import groups as g
+from kcli.protocol.client import WireClient
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
+from tests.kafka_helpers import produce
+from tests.test_cluster_groups import cluster, group_for
+from tests.test_cluster_state import brokers_of, wait_for
+from tests.test_transactions import read, txn_producer
+
+NOT_COORDINATOR = 16
+
+
+def txn_id_for(nodes: list[int], want: int, prefix: str) -> str:
+    """A transactional id that the live set ``nodes`` places on ``want`` (as groups are placed)."""
+    for i in range(10_000):
+        tid = f"{prefix}-{i}"
+        if g.coordinator_node(g.offsets_partition(tid, 50), nodes) == want:
+            return tid
+    raise AssertionError("no such transactional id")
+
+
+def find_txn_coordinator(bootstrap: str, tid: str) -> tuple[int, int]:
+    with WireClient(bootstrap, timeout=10) as c:
+        r = c.request(10, 3, {"key": tid, "key_type": 1})
+    return int(r.error_code), int(r.node_id)
+
+
+def hosts_of(bootstrap: str, topic: str) -> dict[int, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def create(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the result
+    admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)])[topic].result(15)
+
+
+def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_place(broker_factory, pg_database,  # noqa: F811
+                                                                                   tmp_path) -> None:
+    objects = tmp_path / "objects"
+    b = {n: cluster(broker_factory, pg_database, n, objects) for n in (1, 2)}
+    for x in b.values():
+        wait_for(lambda x=x: set(brokers_of(x.bootstrap)) == {1, 2}, 10, "two brokers")
+    create(b[1].bootstrap, "tx", [[1], [2]])
+    create(b[1].bootstrap, "in", [[1]])
+    assert hosts_of(b[2].bootstrap, "tx") == {0: 1, 1: 2}
+    produce(b[1].bootstrap, "in", [b"%d" % i for i in range(10)])
+    tid = txn_id_for([1, 2], 1, "tx-app")  # coordinated by node 1: markers for tx-1 go to node 2
+    group = group_for(([1, 2], 2))  # the group's coordinator is node 2
+
+    # every broker names the same coordinator; a transaction API elsewhere is NOT_COORDINATOR
+    for x in b.values():
+        assert find_txn_coordinator(x.bootstrap, tid) == (0, 1)
+    with WireClient(b[2].bootstrap, timeout=10) as c:
+        r = c.request(22, 3, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
+                              "producer_epoch": -1})
+        assert int(r.error_code) == NOT_COORDINATOR
+
+    # bootstrap through node 2 only: the client finds node 1 for the transaction
+    p = txn_producer(b[2].bootstrap, tid)
+    c = Consumer({"bootstrap.servers": b[1].bootstrap, "group.id": group, "enable.auto.commit": False})
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("tx", value=b"c%d" % i, partition=i % 2)
+    p.send_offsets_to_transaction([TopicPartition("in", 0, 5)], c.consumer_group_metadata(), 30)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("tx", value=b"a%d" % i, partition=i % 2)
+    p.send_offsets_to_transaction([TopicPartition("in", 0, 10)], c.consumer_group_metadata(), 30)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("tx", value=b"last", partition=1)
+    p.commit_transaction(30)
+
+    committed = sorted([b"c%d" % i for i in range(6)] + [b"last"])
+    assert read(b[2].bootstrap, "tx", 2, "read_committed", expected=7) == committed
+    assert read(b[1].bootstrap, "tx", 2, "read_uncommitted", expected=11) == sorted(
+        committed + [b"a%d" % i for i in range(4)])
+    # the committed transaction's offset is at the group's coordinator; the aborted one's is not
+    assert c.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 5
+    c.close()
+
+
+def test_transaction_survives_kill9_of_its_coordinator(broker_factory, pg_database, tmp_path) -> None:  # noqa: F811
+    objects = tmp_path / "objects"
+    b = {n: cluster(broker_factory, pg_database, n, objects) for n in (1, 2, 3)}
+    for x in b.values():
+        wait_for(lambda x=x: set(brokers_of(x.bootstrap)) == {1, 2, 3}, 10, "three brokers")
+    create(b[1].bootstrap, "kx", [[1], [2]])
+    tid = txn_id_for([1, 2, 3], 3, "kx-app")  # node 3 coordinates it and hosts no partition of kx
+    p = txn_producer(b[1].bootstrap, tid, **{"transaction.timeout.ms": 20000})
+    assert find_txn_coordinator(b[1].bootstrap, tid) == (0, 3)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("kx", value=b"A%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("kx", value=b"B%d" % i, partition=i % 2)
+    p.flush(30)
+    b[3].kill9()  # mid-transaction: its state is in PostgreSQL, its successor takes it over
+    try:
+        p.commit_transaction(60)
+        b_committed = True
+    except KafkaException as err:
+        assert err.args[0].txn_requires_abort(), err
+        p.abort_transaction(60)
+        b_committed = False
+    assert find_txn_coordinator(b[1].bootstrap, tid)[1] in (1, 2)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("kx", value=b"C%d" % i, partition=i % 2)
+    p.commit_transaction(60)
+
+    want = [b"A%d" % i for i in range(6)] + [b"C%d" % i for i in range(4)]
+    if b_committed:
+        want += [b"B%d" % i for i in range(6)]
+    assert read(b[2].bootstrap, "kx", 2, "read_committed", expected=len(want)) == sorted(want)
+    assert read(b[1].bootstrap, "kx", 2, "read_uncommitted", expected=16) == sorted(
+        [b"A%d" % i for i in range(6)] + [b"B%d" % i for i in range(6)] + [b"C%d" % i for i in range(4)])
