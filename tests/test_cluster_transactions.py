@@ -5,13 +5,20 @@ transactional id coordinated by one broker, and kill -9 of that coordinator mid-
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 from typing import Any
 
+import psycopg
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kcli.broker import groups as g
+from kcli.broker.transactions import ONGOING, TransactionFencedError, TransactionMetadata
+from kcli.cluster.postgres import PostgresClusterStore
+from kcli.cluster.state import StoreSettings
 from kcli.protocol.client import WireClient
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import produce
@@ -45,6 +52,37 @@ def hosts_of(bootstrap: str, topic: str) -> dict[int, int]:
 def create(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the result
     admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)])[topic].result(15)
+
+
+def test_pg_transaction_store_claims_fence_the_previous_coordinator(pg_database, tmp_path) -> None:  # noqa: F811
+    clusters = [PostgresClusterStore(pg_database, n, StoreSettings(listen=False)) for n in (1, 2)]
+    for c in clusters:
+        c.open()
+    one, two = (c.transaction_store(tmp_path) for c in clusters)
+
+    async def main() -> None:
+        assert one.open() == {} and two.open() == {}  # nothing loaded up front: ids are claimed
+        assert await one.claim("t") is None
+        md = TransactionMetadata("t", 1000, 0, 60000, state=ONGOING, partitions=frozenset({("x", 0)}), start_ms=5)
+        await one.write([md.to_record()], {})
+        assert await two.orphans() == ["t"] and await one.orphans() == []
+        got = await two.claim("t")  # the successor reads what the first one wrote
+        assert got is not None and got.to_record() == md.to_record()
+        assert await one.orphans() == ["t"] and await two.orphans() == []
+        with pytest.raises(TransactionFencedError):
+            await one.write([{**md.to_record(), "state": "PrepareAbort"}], {})
+        with pytest.raises(TransactionFencedError):  # and it stays fenced: it must claim again
+            await one.write([md.to_record()], {})
+        await two.write([{"type": "txn_delete", "transactional_id": "t"}], {})
+        assert await one.claim("t") is None
+        one.close()
+        two.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for c in clusters:
+            c.close()
 
 
 def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_place(broker_factory, pg_database,  # noqa: F811
@@ -92,6 +130,23 @@ def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_plac
         committed + [b"a%d" % i for i in range(4)])
     # the committed transaction's offset is at the group's coordinator; the aborted one's is not
     assert c.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 5
+
+    # A coordinator that made PrepareCommit durable and died before the markers (simulated: the
+    # row is PrepareCommit under another claim): node 1 takes the id over and completes it.
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("tx", value=b"p%d" % i, partition=i % 2)
+    p.send_offsets_to_transaction([TopicPartition("in", 0, 8)], c.consumer_group_metadata(), 30)
+    p.flush(30)
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        n = conn.execute("""UPDATE transactions SET state = 'PrepareCommit', claim = gen_random_uuid(),
+                                record = jsonb_set(record, '{state}', '"PrepareCommit"')
+                            WHERE transactional_id = %s AND state = 'Ongoing'""", (tid,)).rowcount
+    assert n == 1
+    committed += [b"p%d" % i for i in range(4)]
+    assert read(b[2].bootstrap, "tx", 2, "read_committed", expected=11, settle=6.0) == sorted(committed)
+    wait_for(lambda: c.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 8, 10, "the offsets")
+    p.commit_transaction(30)  # the client's own EndTxn finds the transaction committed
     c.close()
 
 
