@@ -264,7 +264,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
               "Listener name → security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).", read_only=True),
     ConfigDef("inter.broker.listener.name", "string", "",
-              "Accepted for Kafka compatibility; kcli brokers share state through the cluster database.", read_only=True),
+              "Listener of the other brokers that transaction markers and offsets are sent to in a cluster (empty: their first).", read_only=True),
     ConfigDef("ssl.keystore.type", "string", "PEM", "Format of the key store: PEM only.", one_of("PEM", case_insensitive=True), read_only=True),
     ConfigDef("ssl.keystore.location", "string", "", "PEM file holding the private key and the certificate chain.", read_only=True),
     ConfigDef("ssl.keystore.certificate.chain", "password", None, "The certificate chain in PEM, inline.", read_only=True, sensitive=True),
