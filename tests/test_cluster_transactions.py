@@ -27,6 +27,16 @@ from tests.test_cluster_state import brokers_of, wait_for
 from tests.test_transactions import read, txn_producer
 
 NOT_COORDINATOR = 16
+UNSTABLE_OFFSET_COMMIT = 88
+
+
+def stable_offset(bootstrap: str, group: str) -> tuple[int, int]:
+    """(error, offset) of in-0 from OffsetFetch with require_stable (KIP-447)."""
+    with WireClient(bootstrap, timeout=10) as c:
+        r = c.request(9, 7, {"group_id": group, "topics": [{"name": "in", "partition_indexes": [0]}],
+                             "require_stable": True})
+    part = r.topics[0].partitions[0]
+    return int(part.error_code), int(part.committed_offset)
 
 
 def txn_id_for(nodes: list[int], want: int, prefix: str) -> str:
@@ -113,13 +123,18 @@ def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_plac
     for i in range(6):
         p.produce("tx", value=b"c%d" % i, partition=i % 2)
     p.send_offsets_to_transaction([TopicPartition("in", 0, 5)], c.consumer_group_metadata(), 30)
+    # node 2, the group's coordinator, knows the offset is held by a transaction coordinated by node 1
+    assert stable_offset(b[2].bootstrap, group) == (UNSTABLE_OFFSET_COMMIT, -1)
     p.commit_transaction(30)
+    assert stable_offset(b[2].bootstrap, group) == (0, 5)
     p.begin_transaction()
     for i in range(4):
         p.produce("tx", value=b"a%d" % i, partition=i % 2)
     p.send_offsets_to_transaction([TopicPartition("in", 0, 10)], c.consumer_group_metadata(), 30)
     p.flush(30)
+    assert stable_offset(b[2].bootstrap, group) == (UNSTABLE_OFFSET_COMMIT, 5)
     p.abort_transaction(30)
+    assert stable_offset(b[2].bootstrap, group) == (0, 5)
     p.begin_transaction()
     p.produce("tx", value=b"last", partition=1)
     p.commit_transaction(30)

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.groups import coordinator_node, offsets_partition
-from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, request as inter_broker_request
+from kcli.broker.interbroker import InterBrokerError, request as inter_broker_request
 from kcli.crcjson import decode_line, encode_line
 from kcli.fsutil import fsync_dir
 from kcli.records.control import marker_batch
@@ -51,6 +52,7 @@ NONE = 0
 MAX_EPOCH = 32767 - 1  # Short.MaxValue - 1: past it the coordinator hands out a new producer id
 NO_PRODUCER_EPOCH = -1
 OWNERSHIP_CHECK_S = 1.0  # how often a cluster coordinator looks for ids that moved or were left open
+GROUP_MARKER_TOPIC = "__consumer_offsets"  # a WriteTxnMarkers for it ends a transaction's offsets at a group
 MARKER_ATTEMPTS = 3  # markers/offsets sent again this often within one completion, then by the timeout round
 
 TopicPartition = tuple[str, int]
@@ -220,11 +222,23 @@ class TransactionLog:
                 except OSError as err:
                     log.error("%s: compaction failed: %s", self.path, err)
 
+    def release(self, tid: str) -> None:
+        """Nothing to let go: a single broker coordinates every id."""
+
     def close(self) -> None:
         with self._io:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def offset_topics(offsets: dict[TopicPartition, PendingOffset]) -> list[dict[str, Any]]:
+    """Offsets as the ``topics`` of an OffsetCommit / TxnOffsetCommit request."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                               "committed_leader_epoch": leader_epoch, "committed_metadata": metadata})
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
 def now_ms() -> int:
@@ -288,6 +302,9 @@ class TransactionCoordinator:
         self.shared = bool(getattr(store, "shared", False))
         self.txns: dict[str, TransactionMetadata] = {}
         self._loaded: set[str] = set()  # ids claimed from a shared store
+        # group → {partition: (producer id, expiry)}: offsets this broker, as the group's
+        # coordinator, passed on to the coordinator of an open transaction on another broker
+        self._passed_on: dict[str, dict[TopicPartition, tuple[int, float]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
         self._ownership_task: asyncio.Task[None] | None = None
@@ -612,10 +629,11 @@ class TransactionCoordinator:
         for attempt in range(1, MARKER_ATTEMPTS + 1):
             try:
                 await self._write_markers(md, commit)
-                if commit:
-                    for group_id, offsets in md.pending_offsets.items():
-                        if offsets:
-                            await self._commit_group_offsets(group_id, offsets)
+                for group_id, offsets in md.pending_offsets.items():
+                    if commit and offsets:
+                        await self._commit_group_offsets(group_id, offsets)
+                    if self.shared:
+                        await self._group_marker(group_id, md.producer_id, commit)
                 done = replace(md, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
                                partitions=frozenset(), pending_offsets={})
                 await self._persist(done)
@@ -628,7 +646,7 @@ class TransactionCoordinator:
                     log.error("transactional id %s: completing %s failed (will retry): %s",
                               md.transactional_id, md.state, err)
                     return
-                await asyncio.sleep(0.2 * attempt)
+                await asyncio.sleep(0.5 * attempt)  # a dead broker leaves the live set within ~1 s
 
     async def _write_markers(self, md: TransactionMetadata, commit: bool) -> None:
         """A COMMIT/ABORT marker on every partition of the transaction: through
@@ -672,6 +690,47 @@ class TransactionCoordinator:
         return [f"{mt.name}-{int(mp.partition_index)} on node {node}: error {int(mp.error_code)}"
                 for m in resp.markers for mt in m.topics for mp in mt.partitions if int(mp.error_code)]
 
+    async def _group_marker(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """Tell the group's coordinator that the transaction ended, so that it forgets the
+        offsets it passed on (OffsetFetch require_stable stops answering UNSTABLE_OFFSET_COMMIT):
+        Kafka's marker on the group's ``__consumer_offsets`` partition, here a WriteTxnMarkers for
+        that partition number."""
+        partition = offsets_partition(group_id, self._cfg("offsets.topic.num.partitions"))
+        node = self.broker.groups.coordinator_of(group_id)
+        if node == self.broker.node_id:
+            self.resolve_passed_on(partition, producer_id)
+            return
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": -1, "transaction_result": commit,
+                             "coordinator_epoch": 0,
+                             "topics": [{"name": GROUP_MARKER_TOPIC, "partition_indexes": [partition]}]}]}
+        try:
+            resp = await inter_broker_request(self.broker, node, 27, 1, body)
+        except InterBrokerError as err:
+            raise TransactionStateError(f"group {group_id}: {err}") from None
+        bad = [int(p.error_code) for m in resp.markers for t in m.topics for p in t.partitions if int(p.error_code)]
+        if bad:
+            raise TransactionStateError(f"group {group_id}: node {node} answered error {bad[0]} to the marker")
+
+    # -- offsets a group coordinator passed on to a transaction's coordinator elsewhere
+    def note_passed_on(self, group_id: str, tps: Iterable[TopicPartition], producer_id: int) -> None:
+        """Remember offsets of ``group_id`` held by another broker's open transaction until its
+        marker comes (bounded by transaction.max.timeout.ms, should the marker never come)."""
+        until = time.monotonic() + self._cfg("transaction.max.timeout.ms") / 1000
+        held = self._passed_on.setdefault(group_id, {})
+        for tp in tps:
+            held[tp] = (producer_id, until)
+
+    def resolve_passed_on(self, partition: int, producer_id: int) -> None:
+        """A transaction of ``producer_id`` ended: forget what it held of the groups of
+        ``__consumer_offsets`` partition ``partition``."""
+        num = self._cfg("offsets.topic.num.partitions")
+        for gid in [gid for gid in self._passed_on if offsets_partition(gid, num) == partition]:
+            held = self._passed_on[gid]
+            for tp in [tp for tp, (pid, _) in held.items() if pid == producer_id]:
+                del held[tp]
+            if not held:
+                del self._passed_on[gid]
+
     async def _commit_group_offsets(self, group_id: str, offsets: dict[TopicPartition, PendingOffset]) -> None:
         """Commit a committed transaction's offsets at the group's coordinator: here, or by an
         OffsetCommit from this broker (which that coordinator takes without a membership check,
@@ -684,13 +743,8 @@ class TransactionCoordinator:
         if routed != ErrorCode.not_coordinator:
             raise TransactionStateError(f"group {group_id}: coordinator error {routed}")
         node = groups.coordinator_of(group_id)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
-                                                   "committed_leader_epoch": leader_epoch,
-                                                   "committed_metadata": metadata})
         body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
-                "group_instance_id": None, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+                "group_instance_id": None, "topics": offset_topics(offsets)}
         try:
             resp = await inter_broker_request(self.broker, node, 8, 8, body)
         except InterBrokerError as err:
@@ -718,6 +772,9 @@ class TransactionCoordinator:
     def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
         """Whether an open transaction holds an offset for ``tp`` of the group (OffsetFetch with
         require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        held = self._passed_on.get(group_id, {}).get(tp)
+        if held is not None and held[1] > time.monotonic():
+            return True
         return any(tp in md.pending_offsets.get(group_id, {}) for md in self.txns.values()
                    if md.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT))
 
@@ -752,6 +809,9 @@ class TransactionCoordinator:
                     elif md.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and md.update_ms + expiry < now:
                         await self.store.write([{"type": "txn_delete", "transactional_id": tid}], self.txns)
                         self.txns.pop(tid, None)
+                        if tid in self._loaded:  # the row is gone: the next use claims the id anew
+                            self._loaded.discard(tid)
+                            self.store.release(tid)
                 except Exception as err:  # noqa: BLE001 - one transaction's failure must not stop the others
                     log.error("transactional id %s: %s (retried next round)", tid, err)
         return aborted

@@ -88,6 +88,9 @@ STEPS: list[tuple[int, list[str]]] = [
                claim uuid NOT NULL,
                claimed_at timestamptz NOT NULL DEFAULT now(),
                updated_at timestamptz NOT NULL DEFAULT now())""",
+        # what every broker's takeover scan reads each second: the few ids not yet complete
+        """CREATE INDEX IF NOT EXISTS transactions_open ON transactions (state)
+               WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort', 'PrepareEpochFence')""",
     ]),
 ]
 LATEST = STEPS[-1][0]

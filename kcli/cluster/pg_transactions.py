@@ -33,8 +33,6 @@ from kcli.broker.transactions import TransactionFencedError, TransactionMetadata
 log = logging.getLogger("kcli.cluster.transactions")
 
 DB_ERRORS = (psycopg.Error, PoolTimeout, OSError)
-# States a coordinator still has work for: a successor takes these over when their owner is gone.
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
 
 class PgTransactionStore:
@@ -102,8 +100,8 @@ class PgTransactionStore:
 
     def _open_rows(self) -> list[tuple[Any, ...]]:
         with self._conn() as conn:
-            return conn.execute("SELECT transactional_id, claim FROM transactions WHERE state = ANY(%s)",
-                                (list(OPEN_STATES),)).fetchall()
+            return conn.execute("""SELECT transactional_id, claim FROM transactions
+                                   WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort', 'PrepareEpochFence')""").fetchall()
 
     # -- writing
     async def write(self, records: list[dict[str, Any]], live: dict[str, TransactionMetadata]) -> None:

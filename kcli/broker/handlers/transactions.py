@@ -115,6 +115,7 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         codes.update({tp: group_err for tp in wanted})
     elif wanted and not passed_on and coord.coordinator_of(req.transactional_id) != b.node_id:
         codes.update(await _pass_on(ctx, coord.coordinator_of(req.transactional_id), req, wanted))
+        coord.note_passed_on(req.group_id, [tp for tp in wanted if codes[tp] == 0], int(req.producer_id))
     elif wanted:
         codes.update(await coord.txn_offset_commit(req.transactional_id, req.group_id, int(req.producer_id),
                                                    int(req.producer_epoch), wanted))
@@ -129,14 +130,11 @@ async def _pass_on(ctx: RequestContext, node: int, req: Any,
                    wanted: dict[tuple[str, int], tuple[int, int, str]]) -> dict[tuple[str, int], int]:
     """TxnOffsetCommit at the transactional id's coordinator ``node``; its codes per partition
     (COORDINATOR_NOT_AVAILABLE when it cannot be reached: the client retries)."""
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), (offset, leader_epoch, metadata) in wanted.items():
-        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
-                                               "committed_leader_epoch": leader_epoch,
-                                               "committed_metadata": metadata})
+    from kcli.broker.transactions import offset_topics
+
     body = {"transactional_id": req.transactional_id, "group_id": req.group_id, "producer_id": int(req.producer_id),
             "producer_epoch": int(req.producer_epoch), "generation_id": -1, "member_id": "",
-            "group_instance_id": None, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+            "group_instance_id": None, "topics": offset_topics(wanted)}
     try:
         resp = await inter_broker_request(ctx.broker, node, 28, 3, body)
     except InterBrokerError:
@@ -240,7 +238,7 @@ async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """What Admin.abortTransaction (kafka-transactions.sh abort) sends to a partition's leader to
     close a hanging transaction: the marker is appended as the coordinator would."""
-    from kcli.broker.transactions import write_marker
+    from kcli.broker.transactions import GROUP_MARKER_TOPIC, write_marker
 
     b = ctx.broker
     markers = []
@@ -249,6 +247,11 @@ async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for mt in m.topics:
             parts = []
             for idx in mt.partition_indexes:
+                if mt.name == GROUP_MARKER_TOPIC and b.transactions is not None:
+                    # from a transaction's coordinator: its offsets passed on from here are decided
+                    b.transactions.resolve_passed_on(int(idx), int(m.producer_id))
+                    parts.append({"partition_index": int(idx), "error_code": 0})
+                    continue
                 code, _message, lg = _local_log(b, mt.name, int(idx))
                 if lg is not None:
                     code = await write_marker(b, mt.name, int(idx), bool(m.transaction_result), int(m.producer_id),
