@@ -48,6 +48,12 @@ def txn_id_for(nodes: list[int], want: int, prefix: str) -> str:
     raise AssertionError("no such transactional id")
 
 
+def put(p: Producer, topic: str, prefix: bytes, n: int) -> None:
+    """``prefix``0.. ``prefix``n-1 alternately to partitions 0 and 1."""
+    for i in range(n):
+        p.produce(topic, value=b"%s%d" % (prefix, i), partition=i % 2)
+
+
 def find_txn_coordinator(bootstrap: str, tid: str) -> tuple[int, int]:
     with WireClient(bootstrap, timeout=10) as c:
         r = c.request(10, 3, {"key": tid, "key_type": 1})
@@ -120,16 +126,14 @@ def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_plac
     p = txn_producer(b[2].bootstrap, tid)
     c = Consumer({"bootstrap.servers": b[1].bootstrap, "group.id": group, "enable.auto.commit": False})
     p.begin_transaction()
-    for i in range(6):
-        p.produce("tx", value=b"c%d" % i, partition=i % 2)
+    put(p, "tx", b"c", 6)
     p.send_offsets_to_transaction([TopicPartition("in", 0, 5)], c.consumer_group_metadata(), 30)
     # node 2, the group's coordinator, knows the offset is held by a transaction coordinated by node 1
     assert stable_offset(b[2].bootstrap, group) == (UNSTABLE_OFFSET_COMMIT, -1)
     p.commit_transaction(30)
     assert stable_offset(b[2].bootstrap, group) == (0, 5)
     p.begin_transaction()
-    for i in range(4):
-        p.produce("tx", value=b"a%d" % i, partition=i % 2)
+    put(p, "tx", b"a", 4)
     p.send_offsets_to_transaction([TopicPartition("in", 0, 10)], c.consumer_group_metadata(), 30)
     p.flush(30)
     assert stable_offset(b[2].bootstrap, group) == (UNSTABLE_OFFSET_COMMIT, 5)
@@ -149,8 +153,7 @@ def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_plac
     # A coordinator that made PrepareCommit durable and died before the markers (simulated: the
     # row is PrepareCommit under another claim): node 1 takes the id over and completes it.
     p.begin_transaction()
-    for i in range(4):
-        p.produce("tx", value=b"p%d" % i, partition=i % 2)
+    put(p, "tx", b"p", 4)
     p.send_offsets_to_transaction([TopicPartition("in", 0, 8)], c.consumer_group_metadata(), 30)
     p.flush(30)
     with psycopg.connect(pg_database, autocommit=True) as conn:
@@ -175,13 +178,11 @@ def test_transaction_survives_kill9_of_its_coordinator(broker_factory, pg_databa
     p = txn_producer(b[1].bootstrap, tid, **{"transaction.timeout.ms": 20000})
     assert find_txn_coordinator(b[1].bootstrap, tid) == (0, 3)
     p.begin_transaction()
-    for i in range(6):
-        p.produce("kx", value=b"A%d" % i, partition=i % 2)
+    put(p, "kx", b"A", 6)
     p.commit_transaction(30)
 
     p.begin_transaction()
-    for i in range(6):
-        p.produce("kx", value=b"B%d" % i, partition=i % 2)
+    put(p, "kx", b"B", 6)
     p.flush(30)
     b[3].kill9()  # mid-transaction: its state is in PostgreSQL, its successor takes it over
     try:
@@ -193,8 +194,7 @@ def test_transaction_survives_kill9_of_its_coordinator(broker_factory, pg_databa
         b_committed = False
     assert find_txn_coordinator(b[1].bootstrap, tid)[1] in (1, 2)
     p.begin_transaction()
-    for i in range(4):
-        p.produce("kx", value=b"C%d" % i, partition=i % 2)
+    put(p, "kx", b"C", 4)
     p.commit_transaction(60)
 
     want = [b"A%d" % i for i in range(6)] + [b"C%d" % i for i in range(4)]
