@@ -24,7 +24,7 @@ from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import produce
 from tests.test_cluster_groups import cluster, group_for
 from tests.test_cluster_state import brokers_of, wait_for
-from tests.test_transactions import read, txn_producer
+from tests.test_transactions import _kcli, read, txn_producer
 
 NOT_COORDINATOR = 16
 UNSTABLE_OFFSET_COMMIT = 88
@@ -166,6 +166,15 @@ def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_plac
     wait_for(lambda: c.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 8, 10, "the offsets")
     p.commit_transaction(30)  # the client's own EndTxn finds the transaction committed
     c.close()
+
+    # kcli transactions through node 2: describe asks the coordinator (node 1), list asks every
+    # broker, describe-producers the partition's host (tx-0 is on node 1)
+    d = _kcli(b[2].bootstrap, "transactions", "describe", "--transactional-id", tid)
+    assert d["state"] == "CompleteCommit"
+    assert (tid, "CompleteCommit") in [(t["transactional_id"], t["state"])
+                                       for t in _kcli(b[2].bootstrap, "transactions", "list")]
+    producers = _kcli(b[2].bootstrap, "transactions", "describe-producers", "--topic", "tx", "--partition", "0")
+    assert [x["producer_id"] for x in producers] == [d["producer_id"]]
 
 
 def test_transaction_survives_kill9_of_its_coordinator(broker_factory, pg_database, tmp_path) -> None:  # noqa: F811
