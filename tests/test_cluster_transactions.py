@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kcli.broker import groups as g
-from kcli.broker.transactions import ONGOING, TransactionFencedError, TransactionMetadata
+from kcli.broker.transactions import ONGOING, TransactionFencedError, TransactionMetadata, TransactionStateError
 from kcli.cluster.postgres import PostgresClusterStore
 from kcli.cluster.state import StoreSettings
 from kcli.protocol.client import WireClient
@@ -99,6 +99,35 @@ def test_pg_transaction_store_claims_fence_the_previous_coordinator(pg_database,
     finally:
         for c in clusters:
             c.close()
+
+
+def test_pg_transaction_store_outage_is_a_retriable_error_within_the_timeout(pg_database, tmp_path) -> None:  # noqa: F811
+    cluster = PostgresClusterStore(pg_database, 1, StoreSettings(listen=False, connect_timeout_s=2))
+    cluster.open()
+    store = cluster.transaction_store(tmp_path)
+    store.open()
+
+    async def main() -> None:
+        assert await store.claim("t") is None
+        md = TransactionMetadata("t", 1000, 0, 60000, state=ONGOING, start_ms=5)
+        await store.write([md.to_record()], {})
+        store._pool.kwargs = {**store._pool.kwargs, "dbname": "no_such_database"}  # new connections now fail
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE application_name = 'kcli-broker-1-transactions'")
+        started = time.monotonic()
+        for attempt in (store.write([md.to_record()], {}), store.claim("u"), store.orphans()):
+            with pytest.raises(TransactionStateError) as err:
+                await attempt
+            assert not isinstance(err.value, TransactionFencedError)  # COORDINATOR_NOT_AVAILABLE, not fenced
+        assert time.monotonic() - started < 20  # three waits of the 2 s pool timeout, with margin
+        assert store.claims.get("t") is not None  # still this broker's: nothing was refused, only unreachable
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+        cluster.close()
 
 
 def test_transaction_over_partitions_of_two_brokers_with_offsets_at_a_third_place(broker_factory, pg_database,  # noqa: F811
