@@ -230,6 +230,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
     # Transactions (KIP-98)
     ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, "Partitions over which transactional ids are spread to place their coordinators in a cluster (as __transaction_state's).", at_least(1), read_only=True),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
               "How often transactions past their timeout are aborted.", at_least(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000,
@@ -263,7 +264,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
               "Listener name → security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).", read_only=True),
     ConfigDef("inter.broker.listener.name", "string", "",
-              "Accepted for Kafka compatibility; kcli brokers share state through the cluster database.", read_only=True),
+              "Listener of the other brokers that transaction markers and offsets are sent to in a cluster (empty: their first).", read_only=True),
     ConfigDef("ssl.keystore.type", "string", "PEM", "Format of the key store: PEM only.", one_of("PEM", case_insensitive=True), read_only=True),
     ConfigDef("ssl.keystore.location", "string", "", "PEM file holding the private key and the certificate chain.", read_only=True),
     ConfigDef("ssl.keystore.certificate.chain", "password", None, "The certificate chain in PEM, inline.", read_only=True, sensitive=True),

@@ -22,12 +22,15 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.groups import coordinator_node, offsets_partition
+from kcli.broker.interbroker import InterBrokerError, request as inter_broker_request
 from kcli.crcjson import decode_line, encode_line
 from kcli.fsutil import fsync_dir
 from kcli.records.control import marker_batch
@@ -48,6 +51,9 @@ STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLE
 NONE = 0
 MAX_EPOCH = 32767 - 1  # Short.MaxValue - 1: past it the coordinator hands out a new producer id
 NO_PRODUCER_EPOCH = -1
+OWNERSHIP_CHECK_S = 1.0  # how often a cluster coordinator looks for ids that moved or were left open
+GROUP_MARKER_TOPIC = "__consumer_offsets"  # a WriteTxnMarkers for it ends a transaction's offsets at a group
+MARKER_ATTEMPTS = 3  # markers/offsets sent again this often within one completion, then by the timeout round
 
 TopicPartition = tuple[str, int]
 PendingOffset = tuple[int, int, str]  # offset, leader epoch, metadata
@@ -100,9 +106,21 @@ class TransactionStateError(Exception):
     """The transaction state log could not be written (answered as COORDINATOR_NOT_AVAILABLE)."""
 
 
+class TransactionFencedError(TransactionStateError):
+    """Another broker coordinates the transactional id now (answered as NOT_COORDINATOR)."""
+
+
+def state_error_code(err: TransactionStateError) -> int:
+    """What a client gets when the state could not be written: NOT_COORDINATOR (it asks
+    FindCoordinator again) when another broker took the id over, else COORDINATOR_NOT_AVAILABLE."""
+    return int(ErrorCode.not_coordinator if isinstance(err, TransactionFencedError) else ErrorCode.coordinator_not_available)
+
+
 class TransactionLog:
     """The transaction state log in a directory: append-only, fsynced per write, compacted
     (last record per transactional id) on open and when it holds twice what is live."""
+
+    shared = False  # one broker's own state: every transactional id is coordinated here
 
     def __init__(self, directory: Path, compact_min_lines: int = 1000) -> None:
         self.dir = Path(directory)
@@ -204,11 +222,23 @@ class TransactionLog:
                 except OSError as err:
                     log.error("%s: compaction failed: %s", self.path, err)
 
+    def release(self, tid: str) -> None:
+        """Nothing to let go: a single broker coordinates every id."""
+
     def close(self) -> None:
         with self._io:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def offset_topics(offsets: dict[TopicPartition, PendingOffset]) -> list[dict[str, Any]]:
+    """Offsets as the ``topics`` of an OffsetCommit / TxnOffsetCommit request."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                               "committed_leader_epoch": leader_epoch, "committed_metadata": metadata})
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
 def now_ms() -> int:
@@ -254,14 +284,30 @@ class TransactionCoordinator:
     ``broker`` provides what the coordinator acts on: ``allocate_producer_id()``, ``topic()``,
     ``log_for()``, ``is_diskless()``, ``notifier``, ``flusher``, ``groups`` and ``config``.
     Every method returns Kafka error codes; none raises for a client's mistake.
+
+    In a cluster (a ``shared`` store, kcli/cluster/pg_transactions.py) each transactional id has
+    one coordinator among the live brokers, placed exactly as consumer groups are (Kafka's
+    partitionFor over ``transaction.state.log.num.partitions``, then rendezvous hashing over the
+    live brokers): :meth:`route` answers NOT_COORDINATOR elsewhere, and loads (claims) the id's
+    state from the store on first use. The ownership loop releases ids that moved away and takes
+    over ids left open by a broker that died: it completes their PrepareCommit/PrepareAbort and
+    the timeout round aborts their Ongoing transactions. Markers for a classic partition hosted
+    by another broker go there as WriteTxnMarkers; a group's offsets are committed at the group's
+    coordinator (:mod:`kcli.broker.interbroker`).
     """
 
-    def __init__(self, store: TransactionLog, broker: Any) -> None:
-        self.store = store
+    def __init__(self, store: Any, broker: Any) -> None:
+        self.store = store  # TransactionLog, or the cluster's PgTransactionStore
         self.broker = broker
+        self.shared = bool(getattr(store, "shared", False))
         self.txns: dict[str, TransactionMetadata] = {}
+        self._loaded: set[str] = set()  # ids claimed from a shared store
+        # group → {partition: (producer id, expiry)}: offsets this broker, as the group's
+        # coordinator, passed on to the coordinator of an open transaction on another broker
+        self._passed_on: dict[str, dict[TopicPartition, tuple[int, float]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
+        self._ownership_task: asyncio.Task[None] | None = None
         self.active = False
 
     def _cfg(self, name: str) -> int:
@@ -277,16 +323,97 @@ class TransactionCoordinator:
                 async with self._lock(md.transactional_id):
                     await self._complete(md)
         self._task = asyncio.get_running_loop().create_task(self._cleanup_loop(), name="txn-timeouts")
+        if self.shared:
+            self._ownership_task = asyncio.get_running_loop().create_task(self._ownership_loop(), name="txn-ownership")
 
     async def close(self) -> None:
         self.active = False
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._ownership_task):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._task
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
         self.store.close()
+
+    # -- which broker coordinates a transactional id (cluster)
+    def coordinator_of(self, tid: str) -> int:
+        """Node id of the live broker that coordinates ``tid`` (this one on a single broker)."""
+        me = self.broker.node_id
+        if not self.shared:
+            return me
+        nodes = frozenset([*(r.node_id for r in self.broker.live_brokers()), me])
+        if len(nodes) == 1:
+            return me
+        return coordinator_node(offsets_partition(tid, self._cfg("transaction.state.log.num.partitions")), nodes)
+
+    async def route(self, tid: str) -> int:
+        """NONE when this broker coordinates ``tid`` and has its state loaded (claiming it from
+        the shared store first: after a failover that is the store's state now, and Prepare
+        states found there are completed), else NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE.
+        Call it outside the id's lock."""
+        if not self.active:
+            return ErrorCode.coordinator_not_available
+        if not self.shared or not tid:
+            return NONE
+        if self.coordinator_of(tid) != self.broker.node_id:
+            if tid in self._loaded:
+                self._release(tid, f"it moved to node {self.coordinator_of(tid)}")
+            return ErrorCode.not_coordinator
+        if tid in self._loaded:
+            return NONE
+        async with self._lock(tid):
+            if tid not in self._loaded:
+                try:
+                    md = await self.store.claim(tid)
+                except TransactionStateError as err:
+                    log.warning("transactional id %s: cannot load its state: %s", tid, err)
+                    return ErrorCode.coordinator_not_available
+                if md is None:
+                    self.txns.pop(tid, None)
+                else:
+                    self.txns[tid] = md
+                self._loaded.add(tid)
+                log.info("transactional id %s: now coordinated by node %d (%s)", tid, self.broker.node_id,
+                         md.state if md is not None else "new")
+                if md is not None and md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    await self._complete(md)
+        return NONE if tid in self._loaded else ErrorCode.not_coordinator
+
+    def _release(self, tid: str, why: str) -> None:
+        self._loaded.discard(tid)
+        self.txns.pop(tid, None)
+        self.store.release(tid)
+        log.info("transactional id %s: no longer coordinated by node %d: %s", tid, self.broker.node_id, why)
+
+    async def check_ownership(self) -> None:
+        """Release ids that moved to another live broker; take over ids with an open or ending
+        transaction whose coordinator is gone (or that another broker claimed meanwhile)."""
+        me = self.broker.node_id
+        for tid in sorted(self._loaded):
+            if self.coordinator_of(tid) != me:
+                async with self._lock(tid):
+                    if tid in self._loaded:
+                        self._release(tid, f"it moved to node {self.coordinator_of(tid)}")
+        for tid in await self.store.orphans():
+            if self.coordinator_of(tid) != me:
+                continue
+            if tid in self._loaded:
+                async with self._lock(tid):
+                    self._release(tid, "another broker claimed it")
+            await self.route(tid)
+
+    async def _ownership_loop(self) -> None:
+        while self.active:
+            await asyncio.sleep(OWNERSHIP_CHECK_S)
+            try:
+                await self.check_ownership()
+            except TransactionStateError as err:
+                log.debug("transaction ownership check: %s", err)
+            except Exception:
+                log.exception("transaction ownership check failed")
 
     def _lock(self, tid: str) -> asyncio.Lock:
         lock = self._locks.get(tid)
@@ -296,7 +423,12 @@ class TransactionCoordinator:
 
     async def _persist(self, md: TransactionMetadata) -> None:
         md.update_ms = _now_ms()
-        await self.store.write([md.to_record()], self.txns)
+        try:
+            await self.store.write([md.to_record()], self.txns)
+        except TransactionFencedError:
+            if md.transactional_id in self._loaded:
+                self._release(md.transactional_id, "another broker claimed it")
+            raise
         self.txns[md.transactional_id] = md
 
     # -- InitProducerId
@@ -307,14 +439,15 @@ class TransactionCoordinator:
             return ErrorCode.invalid_request, -1, -1
         if timeout_ms <= 0 or timeout_ms > self._cfg("transaction.max.timeout.ms"):
             return ErrorCode.invalid_transaction_timeout, -1, -1
-        if not self.active:
-            return ErrorCode.coordinator_not_available, -1, -1
+        routed = await self.route(tid)
+        if routed:
+            return routed, -1, -1
         async with self._lock(tid):
             try:
                 return await self._init_locked(tid, timeout_ms, expected_pid, expected_epoch)
             except TransactionStateError as err:
                 log.error("InitProducerId %s: %s", tid, err)
-                return ErrorCode.coordinator_not_available, -1, -1
+                return state_error_code(err), -1, -1
 
     async def _init_locked(self, tid: str, timeout_ms: int, expected_pid: int,
                            expected_epoch: int) -> tuple[int, int, int]:
@@ -372,6 +505,9 @@ class TransactionCoordinator:
                              partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """AddPartitionsToTxn: an error per partition (OPERATION_NOT_ATTEMPTED for the rest
         when one fails, as Kafka answers)."""
+        routed = await self.route(tid)
+        if routed:
+            return {tp: routed for tp in partitions}
         async with self._lock(tid):
             err, md = self._check(tid, pid, epoch)
             if md is None:
@@ -387,7 +523,7 @@ class TransactionCoordinator:
                 await self._persist(new)
             except TransactionStateError as err_:
                 log.error("AddPartitionsToTxn %s: %s", tid, err_)
-                return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+                return {tp: state_error_code(err_) for tp in partitions}
             return {tp: NONE for tp in partitions}
 
     def _partition_error(self, tp: TopicPartition) -> int:
@@ -401,6 +537,9 @@ class TransactionCoordinator:
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group's offsets will be committed with the transaction."""
+        routed = await self.route(tid)
+        if routed:
+            return routed
         async with self._lock(tid):
             err, md = self._check(tid, pid, epoch)
             if md is None:
@@ -413,12 +552,16 @@ class TransactionCoordinator:
                 await self._persist(new)
             except TransactionStateError as err_:
                 log.error("AddOffsetsToTxn %s: %s", tid, err_)
-                return ErrorCode.coordinator_not_available
+                return state_error_code(err_)
             return NONE
 
     async def txn_offset_commit(self, tid: str, group_id: str, pid: int, epoch: int,
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, int]:
-        """TxnOffsetCommit: keep the offsets with the transaction until it ends."""
+        """TxnOffsetCommit: keep the offsets with the transaction until it ends (the group's
+        coordinator checked the membership; in a cluster it passes the request on to here)."""
+        routed = await self.route(tid)
+        if routed:
+            return {tp: routed for tp in offsets}
         async with self._lock(tid):
             err, md = self._check(tid, pid, epoch)
             if md is None:
@@ -431,12 +574,15 @@ class TransactionCoordinator:
                 await self._persist(new)
             except TransactionStateError as err_:
                 log.error("TxnOffsetCommit %s: %s", tid, err_)
-                return {tp: ErrorCode.coordinator_not_available for tp in offsets}
+                return {tp: state_error_code(err_) for tp in offsets}
             return {tp: NONE for tp in offsets}
 
     # -- EndTxn
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
         """EndTxn (Kafka's handleEndTransaction), answered once the markers are written."""
+        routed = await self.route(tid)
+        if routed:
+            return routed
         async with self._lock(tid):
             if not self.active:
                 return ErrorCode.coordinator_not_available
@@ -451,7 +597,7 @@ class TransactionCoordinator:
                     await self._persist(new)
                 except TransactionStateError as err:
                     log.error("EndTxn %s: %s", tid, err)
-                    return ErrorCode.coordinator_not_available
+                    return state_error_code(err)
                 await self._complete(new)
                 return NONE
             if md.state == COMPLETE_COMMIT:
@@ -477,36 +623,143 @@ class TransactionCoordinator:
 
     async def _complete(self, md: TransactionMetadata) -> None:
         """Write the markers (and commit the offsets), then CompleteCommit/CompleteAbort. A failure
-        leaves PrepareCommit/PrepareAbort in the log; the cleanup loop retries it."""
+        is tried again a few times, then leaves PrepareCommit/PrepareAbort in the state; the
+        timeout round (or the broker that takes the id over) retries it."""
         commit = md.state == PREPARE_COMMIT
-        try:
-            await self._write_markers(md, commit)
-            if commit:
+        for attempt in range(1, MARKER_ATTEMPTS + 1):
+            try:
+                await self._write_markers(md, commit)
                 for group_id, offsets in md.pending_offsets.items():
-                    if offsets:
-                        await self.broker.groups.commit_transactional_offsets(group_id, offsets)
-            done = replace(md, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                           partitions=frozenset(), pending_offsets={})
-            await self._persist(done)
-        except Exception as err:  # retried by the cleanup loop; the client's answer stands
-            log.error("transactional id %s: completing %s failed (will retry): %s",
-                      md.transactional_id, md.state, err)
+                    if commit and offsets:
+                        await self._commit_group_offsets(group_id, offsets)
+                    if self.shared:
+                        await self._group_marker(group_id, md.producer_id, commit)
+                done = replace(md, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                               partitions=frozenset(), pending_offsets={})
+                await self._persist(done)
+                return
+            except TransactionFencedError as err:
+                log.warning("transactional id %s: %s", md.transactional_id, err)
+                return  # the broker that claimed it completes it
+            except Exception as err:  # retried; the client's answer stands
+                if attempt == MARKER_ATTEMPTS or not self.active:
+                    log.error("transactional id %s: completing %s failed (will retry): %s",
+                              md.transactional_id, md.state, err)
+                    return
+                await asyncio.sleep(0.5 * attempt)  # a dead broker leaves the live set within ~1 s
 
     async def _write_markers(self, md: TransactionMetadata, commit: bool) -> None:
+        """A COMMIT/ABORT marker on every partition of the transaction: through
+        :func:`write_marker` for a partition hosted here or a diskless one (any broker writes
+        those), as WriteTxnMarkers to the host of a classic partition on another broker.
+        Raises TransactionStateError naming the partitions not marked."""
         b = self.broker
-        now = _now_ms()
-        batch = marker_batch(commit, md.producer_id, md.producer_epoch, 0, now)
-        touched = set()
+        local: list[TopicPartition] = []
+        remote: dict[int, list[TopicPartition]] = {}
         for topic, partition in sorted(md.partitions):
-            lg = _append_marker(b, topic, partition, batch, now)
-            if lg is not None:
-                touched.add(lg)
-        if touched:
-            await b.flusher.flush(touched)
+            t = b.topic(topic)
+            if t is None or partition not in t.partitions:
+                continue  # the topic is gone: nothing left to mark
+            p = t.partitions[partition]
+            if b.is_diskless(t) or b.hosts(p):
+                local.append((topic, partition))
+            else:
+                remote.setdefault(b.metadata.partition_host(p.leader), []).append((topic, partition))
+        jobs = [self._local_marker(tp, commit, md) for tp in local]
+        jobs += [self._remote_markers(node, tps, commit, md) for node, tps in sorted(remote.items())]
+        failed = [f for fs in await asyncio.gather(*jobs) for f in fs]
+        if failed:
+            raise TransactionStateError(f"markers not written: {'; '.join(failed)}")
+
+    async def _local_marker(self, tp: TopicPartition, commit: bool, md: TransactionMetadata) -> list[str]:
+        code = await write_marker(self.broker, tp[0], tp[1], commit, md.producer_id, md.producer_epoch, 0)
+        return [f"{tp[0]}-{tp[1]}: error {code}"] if code else []
+
+    async def _remote_markers(self, node: int, tps: list[TopicPartition], commit: bool,
+                              md: TransactionMetadata) -> list[str]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(partition)
+        body = {"markers": [{"producer_id": md.producer_id, "producer_epoch": md.producer_epoch,
+                             "transaction_result": commit, "coordinator_epoch": 0,
+                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}]}
+        try:
+            resp = await inter_broker_request(self.broker, node, 27, 1, body)
+        except InterBrokerError as err:
+            return [f"{', '.join(f'{t}-{p}' for t, p in tps)}: {err}"]
+        return [f"{mt.name}-{int(mp.partition_index)} on node {node}: error {int(mp.error_code)}"
+                for m in resp.markers for mt in m.topics for mp in mt.partitions if int(mp.error_code)]
+
+    async def _group_marker(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """Tell the group's coordinator that the transaction ended, so that it forgets the
+        offsets it passed on (OffsetFetch require_stable stops answering UNSTABLE_OFFSET_COMMIT):
+        Kafka's marker on the group's ``__consumer_offsets`` partition, here a WriteTxnMarkers for
+        that partition number."""
+        partition = offsets_partition(group_id, self._cfg("offsets.topic.num.partitions"))
+        node = self.broker.groups.coordinator_of(group_id)
+        if node == self.broker.node_id:
+            self.resolve_passed_on(partition, producer_id)
+            return
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": -1, "transaction_result": commit,
+                             "coordinator_epoch": 0,
+                             "topics": [{"name": GROUP_MARKER_TOPIC, "partition_indexes": [partition]}]}]}
+        try:
+            resp = await inter_broker_request(self.broker, node, 27, 1, body)
+        except InterBrokerError as err:
+            raise TransactionStateError(f"group {group_id}: {err}") from None
+        bad = [int(p.error_code) for m in resp.markers for t in m.topics for p in t.partitions if int(p.error_code)]
+        if bad:
+            raise TransactionStateError(f"group {group_id}: node {node} answered error {bad[0]} to the marker")
+
+    # -- offsets a group coordinator passed on to a transaction's coordinator elsewhere
+    def note_passed_on(self, group_id: str, tps: Iterable[TopicPartition], producer_id: int) -> None:
+        """Remember offsets of ``group_id`` held by another broker's open transaction until its
+        marker comes (bounded by transaction.max.timeout.ms, should the marker never come)."""
+        until = time.monotonic() + self._cfg("transaction.max.timeout.ms") / 1000
+        held = self._passed_on.setdefault(group_id, {})
+        for tp in tps:
+            held[tp] = (producer_id, until)
+
+    def resolve_passed_on(self, partition: int, producer_id: int) -> None:
+        """A transaction of ``producer_id`` ended: forget what it held of the groups of
+        ``__consumer_offsets`` partition ``partition``."""
+        num = self._cfg("offsets.topic.num.partitions")
+        for gid in [gid for gid in self._passed_on if offsets_partition(gid, num) == partition]:
+            held = self._passed_on[gid]
+            for tp in [tp for tp, (pid, _) in held.items() if pid == producer_id]:
+                del held[tp]
+            if not held:
+                del self._passed_on[gid]
+
+    async def _commit_group_offsets(self, group_id: str, offsets: dict[TopicPartition, PendingOffset]) -> None:
+        """Commit a committed transaction's offsets at the group's coordinator: here, or by an
+        OffsetCommit from this broker (which that coordinator takes without a membership check,
+        as it checked the membership when TxnOffsetCommit arrived)."""
+        groups = self.broker.groups
+        routed = await groups.route(group_id)
+        if routed == NONE:
+            await groups.commit_transactional_offsets(group_id, offsets)
+            return
+        if routed != ErrorCode.not_coordinator:
+            raise TransactionStateError(f"group {group_id}: coordinator error {routed}")
+        node = groups.coordinator_of(group_id)
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "topics": offset_topics(offsets)}
+        try:
+            resp = await inter_broker_request(self.broker, node, 8, 8, body)
+        except InterBrokerError as err:
+            raise TransactionStateError(f"group {group_id}: {err}") from None
+        bad = [int(p.error_code) for t in resp.topics for p in t.partitions if int(p.error_code)]
+        if bad:
+            raise TransactionStateError(f"group {group_id}: node {node} answered error {bad[0]} to the offsets")
 
     # -- what other APIs ask
     def verify_produce(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> int:
-        """A transactional Produce for ``tp``: the producer must be current and have added ``tp``."""
+        """A transactional Produce for ``tp``: the producer must be current and have added ``tp``.
+        In a cluster, where the id is coordinated by another broker, the Produce is accepted and
+        the partition's producer state refuses an older epoch (as Kafka before KIP-890 does)."""
+        if self.shared and tid not in self._loaded:
+            return NONE
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return ErrorCode.invalid_producer_id_mapping
@@ -519,6 +772,9 @@ class TransactionCoordinator:
     def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
         """Whether an open transaction holds an offset for ``tp`` of the group (OffsetFetch with
         require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        held = self._passed_on.get(group_id, {}).get(tp)
+        if held is not None and held[1] > time.monotonic():
+            return True
         return any(tp in md.pending_offsets.get(group_id, {}) for md in self.txns.values()
                    if md.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT))
 
@@ -553,12 +809,18 @@ class TransactionCoordinator:
                     elif md.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and md.update_ms + expiry < now:
                         await self.store.write([{"type": "txn_delete", "transactional_id": tid}], self.txns)
                         self.txns.pop(tid, None)
+                        if tid in self._loaded:  # the row is gone: the next use claims the id anew
+                            self._loaded.discard(tid)
+                            self.store.release(tid)
                 except Exception as err:  # noqa: BLE001 - one transaction's failure must not stop the others
                     log.error("transactional id %s: %s (retried next round)", tid, err)
         return aborted
 
     async def abort(self, tid: str) -> int:
         """Abort the open transaction of ``tid`` now (kcli transactions abort)."""
+        routed = await self.route(tid)
+        if routed:
+            return routed
         async with self._lock(tid):
             md = self.txns.get(tid)
             if md is None:
@@ -567,6 +829,6 @@ class TransactionCoordinator:
                 return ErrorCode.invalid_txn_state
             try:
                 await self._fence_and_abort(md, recoverable=True)
-            except TransactionStateError:
-                return ErrorCode.coordinator_not_available
+            except TransactionStateError as err:
+                return state_error_code(err)
             return NONE

@@ -77,6 +77,21 @@ STEPS: list[tuple[int, list[str]]] = [
                stopped_at timestamptz NOT NULL DEFAULT now(),
                PRIMARY KEY (topic_id, partition, tiered_epoch))""",
     ]),
+    # Transaction coordinator state (kcli/cluster/pg_transactions.py): a new table. ``claim`` is
+    # the coordinating broker's, checked by every write (a stale coordinator is fenced).
+    (4, [
+        """CREATE TABLE IF NOT EXISTS transactions (
+               transactional_id text PRIMARY KEY,
+               record jsonb,
+               state text,
+               coordinator_node integer NOT NULL,
+               claim uuid NOT NULL,
+               claimed_at timestamptz NOT NULL DEFAULT now(),
+               updated_at timestamptz NOT NULL DEFAULT now())""",
+        # what every broker's takeover scan reads each second: the few ids not yet complete
+        """CREATE INDEX IF NOT EXISTS transactions_open ON transactions (state)
+               WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort', 'PrepareEpochFence')""",
+    ]),
 ]
 LATEST = STEPS[-1][0]
 

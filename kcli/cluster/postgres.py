@@ -53,6 +53,7 @@ from kcli.cluster.conflicts import check_conflicts
 from kcli.cluster.migrations import migrate
 from kcli.cluster.pg_offsets import PostgresOffsetStore
 from kcli.cluster.pg_remote_log import PgRemoteLogMetadataStore
+from kcli.cluster.pg_transactions import PgTransactionStore
 from kcli.cluster.state import (
     BrokerRegistration,
     ClusterStoreError,
@@ -414,12 +415,11 @@ class PostgresClusterStore:
         return PostgresOffsetStore(self.url, self.node_id, label=redact(self.url), connect_kwargs=self._kwargs("offsets"),
                                    timeout_s=self.settings.connect_timeout_s)
 
-    def transaction_store(self, data_dir: Path) -> Any:
-        """The transaction state log in this broker's data dir: transactions are coordinated by
-        the broker that holds their partitions (docs/transactions.md lists the cluster limits)."""
-        from kcli.broker.transactions import TransactionLog
-
-        return TransactionLog(Path(data_dir) / "__transaction_state")
+    def transaction_store(self, data_dir: Path) -> PgTransactionStore:
+        """Transaction coordinator state in this database, over connections of its own, so that
+        a transaction survives its coordinator's death; ``data_dir`` holds none of it."""
+        return PgTransactionStore(self.url, self.node_id, label=redact(self.url),
+                                  connect_kwargs=self._kwargs("transactions"), timeout_s=self.settings.connect_timeout_s)
 
     def remote_log_metadata(self, data_dir: Path) -> PgRemoteLogMetadataStore:
         """Remote segment metadata in this database, over this store's pool; ``data_dir`` holds none."""

@@ -138,7 +138,9 @@ class ClusterStateStore(Protocol):
 
     def transaction_store(self, data_dir: Path) -> TransactionLog:
         """Where the transaction coordinator keeps its state (not opened yet): the transaction
-        state log in the data dir (:class:`kcli.broker.transactions.TransactionLog`)."""
+        state log in the data dir on one broker (:class:`kcli.broker.transactions.TransactionLog`),
+        the shared database in a cluster (``shared`` true: ids are claimed one by one, so that a
+        transaction survives its coordinator's death)."""
 
     def remote_log_metadata(self, data_dir: Path) -> RemoteLogMetadata:
         """The remote log segment metadata of tiered topics (the RLMM; not opened yet): the data

@@ -8,6 +8,7 @@ question. So, as a Kafka admin client does, kcli asks the cluster (DescribeClust
 librdkafka, which fails over along the whole bootstrap list) and then picks:
 
 * a per-partition request → the broker hosting the partition (Metadata's leader);
+* a group's or a transactional id's request → its coordinator (FindCoordinator first);
 * a cluster-wide decision (garbage collection) → the controller, the one broker that runs the
   background work it would otherwise race with;
 * a cluster-wide read → the controller too, else any live broker.
@@ -104,6 +105,39 @@ def controller_address(conn: Connection) -> str:
     """Where a cluster-wide kcli request goes (see the module docstring)."""
     view = cluster_view(conn)
     return view.address(view.controller())
+
+
+def partition_address(conn: Connection, topic: str, partition: int) -> str:
+    """Where a request for one partition goes: the broker hosting it."""
+    hosts = partition_hosts(conn, topic)
+    if partition not in hosts:
+        raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{topic}' has no partition {partition}")
+    host = hosts[partition]
+    if host is None:
+        raise KafkaApiError("LEADER_NOT_AVAILABLE", f"{topic}-{partition} is offline: its host is down")
+    view = cluster_view(conn)
+    return view.address(view.broker(host))
+
+
+def coordinator_client(conn: Connection, key: str, key_type: int, what: str) -> Any:
+    """kcli's protocol client connected to the coordinator of a group (``key_type`` 0) or a
+    transactional id (1), found with FindCoordinator (retried while it is not available)."""
+    import time
+
+    from kcli.protocol.errors import error_name
+
+    deadline = time.monotonic() + conn.timeout_s
+    while True:
+        with wire_client(conn) as wire:
+            found = wire.request(10, 3, {"key": key, "key_type": key_type})
+        if not found.error_code:
+            break
+        name = error_name(int(found.error_code))
+        if name not in ("COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS") or time.monotonic() > deadline:
+            raise KafkaApiError(name, f"{what} '{key}': {found.error_message or 'no coordinator'}",
+                                int(found.error_code))
+        time.sleep(0.2)
+    return wire_client(conn, f"{found.host}:{found.port}")
 
 
 def wire_client(conn: Connection, address: str | None = None) -> Any:

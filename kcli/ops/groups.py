@@ -12,7 +12,6 @@ import csv
 import datetime as dt
 import io
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -472,18 +471,6 @@ def delete_offsets(conn: Connection, group: str, topics: list[tuple[str, list[in
 
 def _coordinator_client(conn: Connection, group: str) -> Any:
     """kcli's protocol client connected to ``group``'s coordinator (FindCoordinator first)."""
-    from kcli.ops.brokers import wire_client
-    from kcli.protocol.errors import error_name
+    from kcli.ops.brokers import coordinator_client
 
-    deadline = time.monotonic() + conn.timeout_s
-    while True:
-        with wire_client(conn) as wire:
-            found = wire.request(10, 3, {"key": group, "key_type": 0})
-        if not found.error_code:
-            break
-        name = error_name(int(found.error_code))
-        if name not in ("COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS") or time.monotonic() > deadline:
-            raise KafkaApiError(name, f"group '{group}': {found.error_message or 'no coordinator'}",
-                                int(found.error_code))
-        time.sleep(0.2)
-    return wire_client(conn, f"{found.host}:{found.port}")
+    return coordinator_client(conn, group, 0, "group")

@@ -56,12 +56,19 @@ class AbortResult:
     coordinator_epoch: int
 
 
-def _client(conn: Connection) -> Any:
+def _client(conn: Connection, address: str | None = None) -> Any:
     """kcli's own protocol client with the context's security settings (TLS, SASL), as every
-    other kcli request goes."""
+    other kcli request goes (to ``address``, else the first bootstrap broker)."""
     from kcli.ops.brokers import wire_client
 
-    return wire_client(conn)
+    return wire_client(conn, address)
+
+
+def _partition_client(conn: Connection, topic: str, partition: int) -> Any:
+    """A client of the broker hosting ``topic``-``partition`` (in a cluster, another may not)."""
+    from kcli.ops.brokers import partition_address
+
+    return _client(conn, partition_address(conn, topic, partition))
 
 
 def _check(code: int, message: str | None = None) -> None:
@@ -73,24 +80,34 @@ def _check(code: int, message: str | None = None) -> None:
 
 def list_transactions(conn: Connection, states: list[str] | None = None, producer_ids: list[int] | None = None,
                       duration_ms: int | None = None) -> list[TransactionListing]:
-    """Transactional ids the broker coordinates, filtered as kafka-transactions.sh list filters."""
+    """Transactional ids the brokers coordinate, filtered as kafka-transactions.sh list filters
+    (every live broker is asked, as Kafka's admin client does)."""
     for s in states or []:
         if s not in STATES:
             raise UsageError(f"--state must be one of: {', '.join(STATES)}, got {s!r}")
     if duration_ms is not None and duration_ms < 0:
         raise UsageError(f"--duration-filter expects milliseconds >= 0, got {duration_ms}")
-    with _client(conn) as client:
-        resp = client.request(66, 1, {"state_filters": list(states or []), "producer_id_filters": list(producer_ids or []),
-                                      "duration_filter": -1 if duration_ms is None else duration_ms})
-    _check(int(resp.error_code))
-    return [TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
-            for t in resp.transaction_states]
+    from kcli.ops.brokers import cluster_view
+
+    view = cluster_view(conn)
+    found: dict[str, TransactionListing] = {}
+    for broker in view.brokers:
+        with _client(conn, view.address(broker)) as client:
+            resp = client.request(66, 1, {"state_filters": list(states or []),
+                                          "producer_id_filters": list(producer_ids or []),
+                                          "duration_filter": -1 if duration_ms is None else duration_ms})
+        _check(int(resp.error_code))
+        for t in resp.transaction_states:
+            found[t.transactional_id] = TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
+    return [found[tid] for tid in sorted(found)]
 
 
 def describe_transaction(conn: Connection, transactional_id: str) -> TransactionDescription:
     if not transactional_id:
         raise UsageError("--transactional-id must not be empty")
-    with _client(conn) as client:
+    from kcli.ops.brokers import coordinator_client
+
+    with coordinator_client(conn, transactional_id, 1, "transactional id") as client:
         resp = client.request(65, 0, {"transactional_ids": [transactional_id]})
     s = resp.transaction_states[0]
     _check(int(s.error_code), f"transactional id {transactional_id!r}")
@@ -105,7 +122,7 @@ def describe_transaction(conn: Connection, transactional_id: str) -> Transaction
 def describe_producers(conn: Connection, topic: str, partition: int) -> list[ProducerDescription]:
     if partition < 0:
         raise UsageError(f"--partition must be >= 0, got {partition}")
-    with _client(conn) as client:
+    with _partition_client(conn, topic, partition) as client:
         resp = client.request(61, 0, {"topics": [{"name": topic, "partition_indexes": [partition]}]})
     p = resp.topics[0].partitions[0]
     _check(int(p.error_code), p.error_message or f"{topic}-{partition}")
@@ -130,7 +147,7 @@ def abort_transaction(conn: Connection, topic: str, partition: int, *, start_off
         p = open_here[0]
         producer_id, producer_epoch, coordinator_epoch = p.producer_id, p.producer_epoch, p.coordinator_epoch
     assert producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
-    with _client(conn) as client:
+    with _partition_client(conn, topic, partition) as client:
         resp = client.request(27, 1, {"markers": [{
             "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
             "coordinator_epoch": coordinator_epoch, "topics": [{"name": topic, "partition_indexes": [partition]}]}]})

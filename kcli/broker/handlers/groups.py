@@ -15,6 +15,7 @@ from typing import Any
 
 from kcli.broker import groups as g
 from kcli.broker.dispatch import RequestContext, handler
+from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID
 
 INVALID_REQUEST = 42
 UNSTABLE_OFFSET_COMMIT = 88
@@ -71,12 +72,17 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if coord is None:
                 return unavailable
             node = coord.coordinator_of(key)
-            if node != b.node_id:  # another live broker coordinates this group
-                reg = next((r for r in b.metadata.live_brokers() if r.node_id == node), None)
-                endpoint = reg.endpoint(ctx.connection.listener) if reg is not None else None
-                if endpoint is None:
-                    return unavailable
-                host, port = endpoint
+        else:  # a transactional id: placed over the live brokers as groups are
+            txn = getattr(b, "transactions", None)
+            if txn is None or not txn.active:
+                return unavailable
+            node = txn.coordinator_of(key)
+        if node != b.node_id:  # another live broker coordinates this key
+            reg = next((r for r in b.metadata.live_brokers() if r.node_id == node), None)
+            endpoint = reg.endpoint(ctx.connection.listener) if reg is not None else None
+            if endpoint is None:
+                return unavailable
+            host, port = endpoint
         return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": node, "host": host, "port": port}
 
     if ctx.api_version >= 4:
@@ -201,7 +207,16 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
                     metadata=p.committed_metadata or "",
                 )
-    if coord is not None and wanted:
+    if coord is not None and wanted and ctx.client_id == INTER_BROKER_CLIENT_ID:
+        # A committed transaction's offsets, from its coordinator on another broker: the
+        # membership was checked here when TxnOffsetCommit arrived (kcli/broker/transactions.py).
+        try:
+            await coord.commit_transactional_offsets(
+                req.group_id, {tp: (om.offset, om.leader_epoch, om.metadata) for tp, om in wanted.items()})
+            codes.update({tp: g.NONE for tp in wanted})
+        except g.OffsetStoreError as err:
+            codes.update({tp: err.error_code for tp in wanted})
+    elif coord is not None and wanted:
         codes.update(await coord.commit_offsets(
             req.group_id, int(req.generation_id_or_member_epoch), req.member_id,
             getattr(req, "group_instance_id", None), wanted))

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
+from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, request as inter_broker_request
 
 
 def _fenced_for(code: int, version: int, first_version: int) -> int:
@@ -82,6 +83,10 @@ async def end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handler(28, "TxnOffsetCommit", 0, 3)
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """Sent to the group's coordinator, which checks the group and the membership; the offsets
+    are kept with the transaction, at its coordinator — here, or passed on to the broker that
+    coordinates the transactional id (kcli/broker/interbroker.py), which takes a passed-on
+    request without checking the group again."""
     b = ctx.broker
     coord = _coordinator(ctx)
     order: list[tuple[str, int]] = []
@@ -97,14 +102,20 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
             else:
                 wanted[tp] = (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                               p.committed_metadata or "")
+    passed_on = ctx.client_id == INTER_BROKER_CLIENT_ID
     group_err = 0
     if coord is None or b.groups is None:
         group_err = int(ErrorCode.coordinator_not_available)
-    elif ctx.api_version >= 3:
-        group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
-                                                     getattr(req, "group_instance_id", None))
+    elif not passed_on:
+        group_err = await b.groups.route(req.group_id)
+        if not group_err and ctx.api_version >= 3:
+            group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
+                                                         getattr(req, "group_instance_id", None))
     if group_err:
         codes.update({tp: group_err for tp in wanted})
+    elif wanted and not passed_on and coord.coordinator_of(req.transactional_id) != b.node_id:
+        codes.update(await _pass_on(ctx, coord.coordinator_of(req.transactional_id), req, wanted))
+        coord.note_passed_on(req.group_id, [tp for tp in wanted if codes[tp] == 0], int(req.producer_id))
     elif wanted:
         codes.update(await coord.txn_offset_commit(req.transactional_id, req.group_id, int(req.producer_id),
                                                    int(req.producer_epoch), wanted))
@@ -113,6 +124,23 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         topics.setdefault(tp[0], []).append(
             {"partition_index": tp[1], "error_code": _fenced_for(codes[tp], ctx.api_version, 2)})
     return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+async def _pass_on(ctx: RequestContext, node: int, req: Any,
+                   wanted: dict[tuple[str, int], tuple[int, int, str]]) -> dict[tuple[str, int], int]:
+    """TxnOffsetCommit at the transactional id's coordinator ``node``; its codes per partition
+    (COORDINATOR_NOT_AVAILABLE when it cannot be reached: the client retries)."""
+    from kcli.broker.transactions import offset_topics
+
+    body = {"transactional_id": req.transactional_id, "group_id": req.group_id, "producer_id": int(req.producer_id),
+            "producer_epoch": int(req.producer_epoch), "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": offset_topics(wanted)}
+    try:
+        resp = await inter_broker_request(ctx.broker, node, 28, 3, body)
+    except InterBrokerError:
+        return {tp: int(ErrorCode.coordinator_not_available) for tp in wanted}
+    got = {(t.name, int(p.partition_index)): int(p.error_code) for t in resp.topics for p in t.partitions}
+    return {tp: got.get(tp, int(ErrorCode.coordinator_not_available)) for tp in wanted}
 
 
 # ---- admin: kafka-transactions.sh's APIs -------------------------------------------------------
@@ -163,9 +191,10 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]
     coord = _coordinator(ctx)
     out = []
     for tid in req.transactional_ids:
-        md = coord.txns.get(tid) if coord is not None else None
+        routed = await coord.route(tid) if coord is not None else ErrorCode.coordinator_not_available
+        md = coord.txns.get(tid) if coord is not None and not routed else None
         if md is None:
-            code = ErrorCode.coordinator_not_available if coord is None else ErrorCode.transactional_id_not_found
+            code = routed or ErrorCode.transactional_id_not_found
             out.append({"error_code": code, "transactional_id": tid, "transaction_state": "",
                         "transaction_timeout": 0, "transaction_start_time": _ms_time(-1), "producer_id": -1,
                         "producer_epoch": -1, "topics": []})
@@ -209,7 +238,7 @@ async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """What Admin.abortTransaction (kafka-transactions.sh abort) sends to a partition's leader to
     close a hanging transaction: the marker is appended as the coordinator would."""
-    from kcli.broker.transactions import write_marker
+    from kcli.broker.transactions import GROUP_MARKER_TOPIC, write_marker
 
     b = ctx.broker
     markers = []
@@ -218,6 +247,11 @@ async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for mt in m.topics:
             parts = []
             for idx in mt.partition_indexes:
+                if mt.name == GROUP_MARKER_TOPIC and b.transactions is not None:
+                    # from a transaction's coordinator: its offsets passed on from here are decided
+                    b.transactions.resolve_passed_on(int(idx), int(m.producer_id))
+                    parts.append({"partition_index": int(idx), "error_code": 0})
+                    continue
                 code, _message, lg = _local_log(b, mt.name, int(idx))
                 if lg is not None:
                     code = await write_marker(b, mt.name, int(idx), bool(m.transaction_result), int(m.producer_id),
