@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from aiokafka.record._crecords import DefaultRecordBatch
 
-from kcli.dumplog import decoders
+import kcli.dumplog.decoders as decoders
 from kcli.dumplog.annotate import BatchLookup, FileAnnotations, MetadataSourceError, annotations_for
 from kcli.dumplog.batchlines import scan_batch_lines
 from kcli.dumplog.detect import Detection, Kind, UnsupportedWalVersion, detect
