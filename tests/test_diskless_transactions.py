@@ -1,0 +1,157 @@
+"""Transactions on diskless partitions (issue #17): the batch coordinator keeps each partition's
+open transactions, aborted ranges and last stable offset (seed 004); markers are control batches
+committed through WAL objects. Real broker processes, confluent-kafka and kafka-python."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from kcli.protocol.client import WireClient
+from tests.diskless_helpers import DISKLESS, FAST
+from tests.kafka_helpers import create_topic, produce
+from tests.test_transactions import _run_ctp_with_kills, read, txn_producer, watermarks
+
+
+def test_commit_abort_and_lso_on_a_diskless_topic(broker_factory) -> None:
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "dtx", 2, DISKLESS)
+    p = txn_producer(b.bootstrap, "t-dl")
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("dtx", value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("dtx", value=b"a%d" % i, partition=i % 2)
+    p.flush(30)
+    # open transaction: read_committed stops at its first offset, read_uncommitted sees it
+    assert watermarks(b.bootstrap, "dtx", 0, "read_committed") == 4  # 3 records + COMMIT marker
+    assert watermarks(b.bootstrap, "dtx", 0, "read_uncommitted") == 6
+    assert read(b.bootstrap, "dtx", 2, "read_committed", expected=6, settle=1.0) == sorted(b"c%d" % i for i in range(6))
+    with WireClient(b.bootstrap) as client:  # DescribeProducers: the coordinator's producer state
+        r = client.request(61, 0, {"topics": [{"name": "dtx", "partition_indexes": [0]}]})
+        part = r.topics[0].partitions[0]
+        assert int(part.error_code) == 0
+        assert [int(x.current_txn_start_offset) for x in part.active_producers] == [4]
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("dtx", value=b"last", partition=0)
+    p.commit_transaction(30)
+
+    committed = sorted([b"c%d" % i for i in range(6)] + [b"last"])
+    assert read(b.bootstrap, "dtx", 2, "read_committed", expected=7) == committed
+    assert read(b.bootstrap, "dtx", 2, "read_uncommitted", expected=11) == sorted(
+        committed + [b"a%d" % i for i in range(4)])
+    assert watermarks(b.bootstrap, "dtx", 0, "read_committed") == watermarks(b.bootstrap, "dtx", 0, "read_uncommitted")
+
+
+def test_one_transaction_spans_a_classic_and_a_diskless_topic(broker_factory) -> None:
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "mix-classic", 1)
+    create_topic(b.bootstrap, "mix-diskless", 1, DISKLESS)
+    p = txn_producer(b.bootstrap, "t-mix")
+    for n, commit in enumerate((True, False, True)):
+        p.begin_transaction()
+        p.produce("mix-classic", value=b"c-%d" % n)
+        p.produce("mix-diskless", value=b"d-%d" % n)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.flush(30)
+            p.abort_transaction(30)
+    for topic, prefix in (("mix-classic", b"c"), ("mix-diskless", b"d")):
+        assert read(b.bootstrap, topic, 1, "read_committed", expected=2) == [prefix + b"-0", prefix + b"-2"]
+        assert read(b.bootstrap, topic, 1, "read_uncommitted", expected=3) == [prefix + b"-%d" % i for i in range(3)]
+        assert watermarks(b.bootstrap, topic, 0, "read_committed") == 6  # 3 records + 3 markers
+
+
+def test_send_offsets_with_a_diskless_input_topic(broker_factory) -> None:
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "din", 1, DISKLESS)
+    create_topic(b.bootstrap, "dout", 1, DISKLESS)
+    produce(b.bootstrap, "din", [b"%d" % i for i in range(10)])
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "dctp", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c.subscribe(["din"])
+    p = txn_producer(b.bootstrap, "t-dctp")
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 10 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m)
+    assert len(got) == 10
+    p.begin_transaction()
+    for m in got[:5]:
+        p.produce("dout", value=b"x" + m.value())
+    p.send_offsets_to_transaction([TopicPartition("din", 0, got[4].offset() + 1)], c.consumer_group_metadata(), 30)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for m in got[5:]:
+        p.produce("dout", value=b"x" + m.value())
+    p.send_offsets_to_transaction([TopicPartition("din", 0, 10)], c.consumer_group_metadata(), 30)
+    p.abort_transaction(30)
+    committed = c.committed([TopicPartition("din", 0)], timeout=10)
+    c.close()
+    assert committed[0].offset == 5
+    assert read(b.bootstrap, "dout", 1, "read_committed", expected=5) == sorted(b"x%d" % i for i in range(5))
+
+
+def test_kafka_python_on_a_diskless_topic(broker_factory) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "dkp", 1, DISKLESS)
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id="t-dkp")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("dkp", b"k1")
+    p.commit_transaction()
+    p.begin_transaction()
+    p.send("dkp", b"k-aborted")
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("dkp", b"k2")
+    p.commit_transaction()
+    p.close()
+    for isolation, want in (("read_committed", [b"k1", b"k2"]), ("read_uncommitted", [b"k-aborted", b"k1", b"k2"])):
+        c = KafkaConsumer("dkp", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
+                          isolation_level=isolation, consumer_timeout_ms=4000)
+        assert sorted(m.value for m in c) == want
+        c.close()
+
+
+def test_kill9_with_an_open_diskless_transaction_is_aborted_after_restart(broker_factory) -> None:
+    b = broker_factory({**FAST, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"})
+    create_topic(b.bootstrap, "dk", 1, DISKLESS)
+    p = txn_producer(b.bootstrap, "t-dkill", **{"transaction.timeout.ms": 3000})
+    p.begin_transaction()
+    p.produce("dk", value=b"c1")
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce("dk", value=b"open")
+    p.flush(30)
+    assert watermarks(b.bootstrap, "dk", 0, "read_committed") == 2
+    b.kill9()
+    b.start()
+    # the open transaction is in the coordinator's state; the transaction coordinator's timeout
+    # aborts it, and the ABORT marker reaches the diskless partition
+    assert watermarks(b.bootstrap, "dk", 0, "read_committed") == 2
+    deadline = time.monotonic() + 30
+    while watermarks(b.bootstrap, "dk", 0, "read_committed") == 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert watermarks(b.bootstrap, "dk", 0, "read_committed") == 4  # record + ABORT marker
+    assert read(b.bootstrap, "dk", 1, "read_committed", expected=1, settle=1.0) == [b"c1"]
+    assert read(b.bootstrap, "dk", 1, "read_uncommitted", expected=2, settle=1.0) == [b"c1", b"open"]
+
+
+def test_consume_transform_produce_on_diskless_survives_a_kill9(broker_factory, tmp_path: Path) -> None:
+    """The default run's short variant of the slow loop: 300 records, one kill of each."""
+    broker = broker_factory({**FAST})
+    create_topic(broker.bootstrap, "dctp-in", 2, DISKLESS)
+    create_topic(broker.bootstrap, "dctp-out", 2, DISKLESS)
+    _run_ctp_with_kills(broker, "dctp-in", "dctp-out", 300, 1, tmp_path)
