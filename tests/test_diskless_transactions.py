@@ -8,46 +8,41 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from kcli.protocol.client import WireClient
 from plugins.coordinator.sqlite import SqliteBatchCoordinator
 from tests.diskless_helpers import DISKLESS, FAST, wait_until
 from tests.kafka_helpers import create_topic, produce
-from tests.test_transactions import _run_ctp_with_kills, read, txn_producer, watermarks
+from tests.test_transactions import (
+    _run_ctp_with_kills,
+    check_commit_and_abort,
+    check_send_offsets,
+    read,
+    txn_producer,
+    watermarks,
+)
 
 
 def test_commit_abort_and_lso_on_a_diskless_topic(broker_factory) -> None:
     b = broker_factory(FAST)
     create_topic(b.bootstrap, "dtx", 2, DISKLESS)
-    p = txn_producer(b.bootstrap, "t-dl")
-    p.begin_transaction()
-    for i in range(6):
-        p.produce("dtx", value=b"c%d" % i, partition=i % 2)
-    p.commit_transaction(30)
-    p.begin_transaction()
-    for i in range(4):
-        p.produce("dtx", value=b"a%d" % i, partition=i % 2)
-    p.flush(30)
-    # open transaction: read_committed stops at its first offset, read_uncommitted sees it
-    assert watermarks(b.bootstrap, "dtx", 0, "read_committed") == 4  # 3 records + COMMIT marker
-    assert watermarks(b.bootstrap, "dtx", 0, "read_uncommitted") == 6
-    assert read(b.bootstrap, "dtx", 2, "read_committed", expected=6, settle=1.0) == sorted(b"c%d" % i for i in range(6))
-    with WireClient(b.bootstrap) as client:  # DescribeProducers: the coordinator's producer state
-        r = client.request(61, 0, {"topics": [{"name": "dtx", "partition_indexes": [0]}]})
-        part = r.topics[0].partitions[0]
-        assert int(part.error_code) == 0
-        assert [int(x.current_txn_start_offset) for x in part.active_producers] == [4]
-    p.abort_transaction(30)
-    p.begin_transaction()
-    p.produce("dtx", value=b"last", partition=0)
-    p.commit_transaction(30)
+    check_commit_and_abort(b.bootstrap, "dtx", "t-dl")
 
-    committed = sorted([b"c%d" % i for i in range(6)] + [b"last"])
-    assert read(b.bootstrap, "dtx", 2, "read_committed", expected=7) == committed
-    assert read(b.bootstrap, "dtx", 2, "read_uncommitted", expected=11) == sorted(
-        committed + [b"a%d" % i for i in range(4)])
-    assert watermarks(b.bootstrap, "dtx", 0, "read_committed") == watermarks(b.bootstrap, "dtx", 0, "read_uncommitted")
+
+def test_describe_producers_answers_the_coordinators_state(broker_factory) -> None:
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "dprod", 1, DISKLESS)
+    p = txn_producer(b.bootstrap, "t-dprod")
+    p.begin_transaction()
+    p.produce("dprod", value=b"v0")
+    p.flush(30)
+    with WireClient(b.bootstrap) as client:
+        r = client.request(61, 0, {"topics": [{"name": "dprod", "partition_indexes": [0]}]})
+    part = r.topics[0].partitions[0]
+    assert int(part.error_code) == 0
+    assert [(int(x.producer_epoch), int(x.last_sequence), int(x.current_txn_start_offset))
+            for x in part.active_producers] == [(0, 0, 0)]
+    p.abort_transaction(30)
 
 
 def test_one_transaction_spans_a_classic_and_a_diskless_topic(broker_factory) -> None:
@@ -74,32 +69,7 @@ def test_send_offsets_with_a_diskless_input_topic(broker_factory) -> None:
     b = broker_factory(FAST)
     create_topic(b.bootstrap, "din", 1, DISKLESS)
     create_topic(b.bootstrap, "dout", 1, DISKLESS)
-    produce(b.bootstrap, "din", [b"%d" % i for i in range(10)])
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "dctp", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "isolation.level": "read_committed"})
-    c.subscribe(["din"])
-    p = txn_producer(b.bootstrap, "t-dctp")
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 10 and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            got.append(m)
-    assert len(got) == 10
-    p.begin_transaction()
-    for m in got[:5]:
-        p.produce("dout", value=b"x" + m.value())
-    p.send_offsets_to_transaction([TopicPartition("din", 0, got[4].offset() + 1)], c.consumer_group_metadata(), 30)
-    p.commit_transaction(30)
-    p.begin_transaction()
-    for m in got[5:]:
-        p.produce("dout", value=b"x" + m.value())
-    p.send_offsets_to_transaction([TopicPartition("din", 0, 10)], c.consumer_group_metadata(), 30)
-    p.abort_transaction(30)
-    committed = c.committed([TopicPartition("din", 0)], timeout=10)
-    c.close()
-    assert committed[0].offset == 5
-    assert read(b.bootstrap, "dout", 1, "read_committed", expected=5) == sorted(b"x%d" % i for i in range(5))
+    check_send_offsets(b.bootstrap, "din", "dout", "dctp", "t-dctp")
 
 
 def test_kafka_python_on_a_diskless_topic(broker_factory) -> None:
