@@ -12,6 +12,7 @@ import pytest
 from kcli.protocol.client import WireClient
 from plugins.coordinator.sqlite import SqliteBatchCoordinator
 from tests.diskless_helpers import DISKLESS, FAST, wait_until
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import create_topic, produce
 from tests.test_transactions import (
     _run_ctp_with_kills,
@@ -168,3 +169,29 @@ def test_consume_transform_produce_on_diskless_survives_kill9_three_times(broker
     create_topic(broker.bootstrap, "dctp-in", 2, DISKLESS)
     create_topic(broker.bootstrap, "dctp-out", 2, DISKLESS)
     _run_ctp_with_kills(broker, "dctp-in", "dctp-out", 3000, 3, tmp_path)
+
+
+def test_transactions_on_a_postgresql_coordinator_span_classic_and_diskless(broker_factory, pg_database: str) -> None:
+    """Cluster mode's coordinator: the same state in PostgreSQL (kill -9 included)."""
+    b = broker_factory(FAST, extra_args=["--coordinator", pg_database])
+    create_topic(b.bootstrap, "pgtx", 2, DISKLESS)
+    check_commit_and_abort(b.bootstrap, "pgtx", "t-pg")
+    create_topic(b.bootstrap, "pg-classic", 1)
+    p = txn_producer(b.bootstrap, "t-pg-mix")
+    p.begin_transaction()
+    p.produce("pg-classic", value=b"c-open")
+    p.produce("pgtx", value=b"d-open", partition=1)
+    p.flush(30)
+    b.kill9()
+    b.start()
+    # partition 1: c1 c3 c5 COMMIT a1 a3 ABORT, then the open transaction's record at 7 holds the LSO
+    assert (watermarks(b.bootstrap, "pgtx", 1, "read_committed"), watermarks(b.bootstrap, "pgtx", 1, "read_uncommitted")) \
+        == (7, 8)
+    q = txn_producer(b.bootstrap, "t-pg-mix")  # re-initialising aborts the open transaction
+    q.begin_transaction()
+    q.produce("pg-classic", value=b"c-ok")
+    q.produce("pgtx", value=b"d-ok", partition=1)
+    q.commit_transaction(30)
+    assert read(b.bootstrap, "pg-classic", 1, "read_committed", expected=1) == [b"c-ok"]
+    committed = sorted([b"c%d" % i for i in range(6)] + [b"last", b"d-ok"])
+    assert read(b.bootstrap, "pgtx", 2, "read_committed", expected=8) == committed
