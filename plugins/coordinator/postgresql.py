@@ -85,7 +85,7 @@ from plugins.coordinator.sqlite import (
     check_replacement,
     _Producer,
 )
-from plugins.coordinator.txn import TxnEvent, apply_events
+from plugins.coordinator.txn import TxnChanges, TxnEvent, apply_events
 
 SCHEMA_VERSION = 2
 SCHEMES = ("postgresql", "postgres")
@@ -183,7 +183,8 @@ _BATCH_COLUMNS = (
 _FIND_FIRST = (
     "SELECT l.log_id, l.log_start_offset, l.high_watermark,"
     " (SELECT min(first_offset) FROM txn_open t WHERE t.log_id = l.log_id),"
-    " x.batch_id, x.object_key, x.byte_offset, x.byte_size, x.base_offset, x.last_offset, x.log_append_time, x.batch_max_timestamp, x.timestamp_type, x.producer_id,"
+    " x.batch_id, x.object_key, x.byte_offset, x.byte_size, x.base_offset, x.last_offset, x.log_append_time,"
+    " x.batch_max_timestamp, x.timestamp_type, x.producer_id,"
     " x.producer_epoch, x.base_sequence, x.last_sequence"
     " FROM logs l LEFT JOIN LATERAL (SELECT b.*, f.object_key FROM (SELECT * FROM batches"
     "  WHERE log_id = l.log_id AND last_offset >= %s AND last_offset < l.high_watermark"
@@ -791,7 +792,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         return responses
 
     @staticmethod
-    def _txn_changes(cur: psycopg.Cursor, events: list[TxnEvent]):  # noqa: ANN205 - TxnChanges
+    def _txn_changes(cur: psycopg.Cursor, events: list[TxnEvent]) -> TxnChanges:
         """The open transactions of the events' (log, producer) pairs, read under the logs' row
         locks this commit holds, folded with the events."""
         pairs = sorted({(e.log_id, e.producer_id) for e in events})
@@ -803,7 +804,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         return apply_events(stored, events)
 
     @staticmethod
-    def _write_txn_changes(cur: psycopg.Cursor, changes: Any) -> None:
+    def _write_txn_changes(cur: psycopg.Cursor, changes: TxnChanges) -> None:
         if changes.deleted:
             cur.execute("DELETE FROM txn_open t USING unnest(%b::bigint[], %b::bigint[]) AS k (log_id, producer_id)"
                         " WHERE t.log_id = k.log_id AND t.producer_id = k.producer_id",
