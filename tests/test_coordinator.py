@@ -1441,6 +1441,32 @@ def test_one_commit_with_data_and_markers_of_several_transactions(coord: BatchCo
     assert coord.describe_producers(tip) is None
 
 
+def aborted_rows(backend: Backend) -> int:
+    if backend.kind == "sqlite":
+        with sqlite3.connect(backend.target) as raw:
+            return raw.execute("SELECT COUNT(*) FROM txn_aborted").fetchone()[0]
+    import psycopg
+
+    with psycopg.connect(backend.target, connect_timeout=10) as raw:
+        return raw.execute("SELECT COUNT(*) FROM txn_aborted").fetchone()[0]
+
+
+def test_aborted_ranges_below_the_log_start_are_dropped(backend: Backend, clock: Clock) -> None:
+    c = backend.open(clock)
+    tip, _ = topic(c)
+    for i in range(3):  # three aborted transactions: 0..10, 11..21, 22..32
+        commit(c, [txn_req(tip, 0, pid=4, epoch=0, seq=10 * i),
+                   txn_req(tip, 1, pid=4, epoch=0, seq=-1, kind=TXN_ABORT)])
+    assert aborted_rows(backend) == 3
+    (d,) = c.delete_records([DeleteRecordsRequest(tip, 15)])
+    assert d.low_watermark == 15 and aborted_rows(backend) == 2  # the first ended at 10
+    assert find(c, tip, 15, committed=True).aborted_transactions == [
+        AbortedTransaction(4, 11, 21), AbortedTransaction(4, 22, 32)]
+    clock.now += 10_000
+    c.enforce_retention([RetentionRequest(tip, 1_000, -1)], clock.now)  # everything is old
+    assert aborted_rows(backend) == 0
+
+
 def test_version_3_database_is_migrated_to_4_with_empty_transaction_state(db_path: Path) -> None:
     c = SqliteBatchCoordinator(db_path, clock=Clock())
     (tip, _) = topic(c)

@@ -512,7 +512,10 @@ class PostgresBatchCoordinator(BatchCoordinator):
     def _delete_batches(cur: psycopg.Cursor, log_id: int, topic_id: uuid.UUID, below: int | None,
                         freed_per_file: dict[tuple[int, uuid.UUID], int]) -> tuple[int, int]:
         """Delete the log's batches (last_offset < ``below``, or all); adds the bytes freed per
-        (file, topic) to ``freed_per_file`` for _release_files. Returns (batches, bytes)."""
+        (file, topic) to ``freed_per_file`` for _release_files. Returns (batches, bytes). Aborted
+        transactions that end below ``below`` go too (no fetch can overlap them any more)."""
+        if below is not None:
+            cur.execute("DELETE FROM txn_aborted WHERE log_id = %s AND last_offset < %s", (log_id, below))
         if below is None:
             rows = cur.execute(
                 "WITH d AS (DELETE FROM batches WHERE log_id = %s RETURNING file_id, byte_size)"

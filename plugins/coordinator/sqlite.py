@@ -828,9 +828,12 @@ class SqliteBatchCoordinator(BatchCoordinator):
                         update_logs: bool = True) -> tuple[int, int]:
         """Delete the log's batches (those with last_offset < ``below``, or all) and keep every
         derived size right: files' used size, per-topic live bytes, the log's byte size;
-        objects left empty are marked 'deleting'."""
+        objects left empty are marked 'deleting'. Aborted transactions that end below ``below``
+        go too: no fetch can overlap them any more (Kafka drops a .txnindex with its segment)."""
         where, params = ("log_id = ?", (log_id,)) if below is None else \
             ("log_id = ? AND last_offset < ?", (log_id, below))
+        if below is not None:
+            db.execute(f"DELETE FROM txn_aborted WHERE {where}", params)
         per_file = db.execute(
             f"SELECT file_id, SUM(byte_size), COUNT(*) FROM batches WHERE {where} GROUP BY file_id", params
         ).fetchall()
