@@ -1139,14 +1139,19 @@ def test_cluster_id_is_claimed_once_and_another_is_refused(backend: Backend) -> 
     reader.close()
 
 
-def intent_rows(backend: Backend) -> int:
+def table_rows(backend: Backend, table: str) -> int:
+    """Rows of one coordinator table, read with a raw connection."""
     if backend.kind == "sqlite":
         with sqlite3.connect(backend.target) as raw:
-            return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+            return raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
     import psycopg
 
     with psycopg.connect(backend.target, connect_timeout=10) as raw:
-        return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+        return raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def intent_rows(backend: Backend) -> int:
+    return table_rows(backend, "upload_intents")
 
 
 def test_upload_intents_end_with_the_commit_and_are_listed_until_then(coord: SqliteBatchCoordinator,
@@ -1442,13 +1447,7 @@ def test_one_commit_with_data_and_markers_of_several_transactions(coord: BatchCo
 
 
 def aborted_rows(backend: Backend) -> int:
-    if backend.kind == "sqlite":
-        with sqlite3.connect(backend.target) as raw:
-            return raw.execute("SELECT COUNT(*) FROM txn_aborted").fetchone()[0]
-    import psycopg
-
-    with psycopg.connect(backend.target, connect_timeout=10) as raw:
-        return raw.execute("SELECT COUNT(*) FROM txn_aborted").fetchone()[0]
+    return table_rows(backend, "txn_aborted")
 
 
 def test_aborted_ranges_below_the_log_start_are_dropped(backend: Backend, clock: Clock) -> None:
