@@ -22,6 +22,11 @@ from kio.schema.errors import ErrorCode
 from plugins.coordinator import open_coordinator
 from plugins.coordinator.base import (
     INVALID_PRODUCER_EPOCH,
+    TXN_ABORT,
+    TXN_COMMIT,
+    TXN_DATA,
+    AbortedTransaction,
+    ProducerInfo,
     OFFSET_OUT_OF_RANGE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -37,7 +42,7 @@ from plugins.coordinator.base import (
     TimestampType,
     TopicIdPartition,
 )
-from plugins.coordinator.sqlite import _ENTRY, SqliteBatchCoordinator, _Checkpointer, _Producer
+from plugins.coordinator.sqlite import _ENTRY, SCHEMA_VERSION, SqliteBatchCoordinator, _Checkpointer, _Producer
 from plugins.loader import PluginError, load_class
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
@@ -744,7 +749,7 @@ def test_database_settings(sqlite_coord: SqliteBatchCoordinator, db_path: Path) 
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"logs", "files", "batches", "producer_state", "file_topics", "file_logs"} <= tables
-    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     # Batches are clustered by (log_id, last_offset): a fetch is one primary-key range scan.
     plan = " ".join(str(r) for r in raw.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM batches WHERE log_id = ? AND last_offset >= ? ORDER BY last_offset", (1, 5)))
@@ -1076,7 +1081,7 @@ def test_version_1_database_is_migrated_on_open(tmp_path: Path) -> None:
     check_invariants(c)
     c.close()
     raw = sqlite3.connect(db)
-    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert raw.execute("SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert "logs" in raw.execute("SELECT sql FROM sqlite_master WHERE name = 'producer_state'").fetchone()[0]
@@ -1105,11 +1110,12 @@ def test_migration_that_would_lose_rows_changes_nothing(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(db_path: Path) -> None:
     SqliteBatchCoordinator(db_path).close()
     raw = sqlite3.connect(db_path)
-    raw.execute("UPDATE kcli_meta SET value = '4' WHERE key = 'schema_version'")
+    raw.execute("UPDATE kcli_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     raw.commit()
     raw.close()
     for read_only in (False, True):
-        with pytest.raises(CoordinatorException, match="schema version 4, this kcli understands 3"):
+        with pytest.raises(CoordinatorException,
+                           match=f"schema version {SCHEMA_VERSION + 1}, this kcli understands {SCHEMA_VERSION}"):
             SqliteBatchCoordinator(db_path, read_only=read_only)
 
 
@@ -1133,14 +1139,19 @@ def test_cluster_id_is_claimed_once_and_another_is_refused(backend: Backend) -> 
     reader.close()
 
 
-def intent_rows(backend: Backend) -> int:
+def table_rows(backend: Backend, table: str) -> int:
+    """Rows of one coordinator table, read with a raw connection."""
     if backend.kind == "sqlite":
         with sqlite3.connect(backend.target) as raw:
-            return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+            return raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
     import psycopg
 
     with psycopg.connect(backend.target, connect_timeout=10) as raw:
-        return raw.execute("SELECT COUNT(*) FROM upload_intents").fetchone()[0]
+        return raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def intent_rows(backend: Backend) -> int:
+    return table_rows(backend, "upload_intents")
 
 
 def test_upload_intents_end_with_the_commit_and_are_listed_until_then(coord: SqliteBatchCoordinator,
@@ -1185,7 +1196,7 @@ def test_version_2_database_is_migrated_to_3_and_keeps_everything(db_path: Path)
     assert [i.object_key for i in c.list_upload_intents()] == ["wal/next"]
     c.close()
     assert sqlite3.connect(db_path).execute(
-        "SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        "SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_listing_is_split_into_orphans_unknown_objects_and_stale_intents() -> None:
@@ -1337,3 +1348,142 @@ def test_cleaner_checkpoint_is_kept_per_log_and_goes_with_it(backend: Backend, c
     ghost = TopicIdPartition(uuid.uuid4(), "ghost", 0)
     coord.set_cleaner_checkpoint(ghost, 5)
     assert coord.cleaner_checkpoint(ghost) is None
+
+
+# -- transactions on diskless partitions (seed 004) ------------------------------------------
+
+
+def txn_req(tip: TopicIdPartition, i: int, pid: int, epoch: int, seq: int, *, records: int = 10,
+            kind: int = TXN_DATA) -> CommitBatchRequest:
+    """A transactional batch (seq >= 0) or a marker (kind TXN_COMMIT / TXN_ABORT: one record, no sequence)."""
+    if kind in (TXN_COMMIT, TXN_ABORT):
+        return CommitBatchRequest(i, tip, 1 + i * 100, 100, 0, 0, T0, 0, pid, epoch, -1, -1, kind)
+    r = req(tip, i, records=records, pid=pid, epoch=epoch, seq=seq)
+    r.transaction = kind
+    return r
+
+
+def find(c: BatchCoordinator, tip: TopicIdPartition, offset: int = 0, *, committed: bool = False):
+    (resp,) = c.find_batches([FindBatchRequest(tip, offset, 1 << 20, read_committed=committed)], 1 << 20)
+    return resp
+
+
+def latest(c: BatchCoordinator, tip: TopicIdPartition, committed: bool) -> int:
+    (resp,) = c.list_offsets([ListOffsetsRequest(tip, ListOffsetsRequest.LATEST_TIMESTAMP, committed)])
+    return resp.offset
+
+
+def test_transactions_track_open_and_aborted_ranges_and_the_lso(backend: Backend, clock: Clock) -> None:
+    c = backend.open(clock)
+    tip, other = topic(c)
+    commit(c, [req(tip)])  # 0..9, not transactional
+    (r,), _ = commit(c, [txn_req(tip, 0, pid=7, epoch=0, seq=0)])  # 10..19, opens pid 7's transaction
+    assert (r.errors, r.assigned_base_offset) == (0, 10)
+    plain, committed = find(c, tip), find(c, tip, committed=True)
+    assert [b.metadata.base_offset for b in plain.batches] == [0, 10]
+    assert (plain.high_watermark, plain.last_stable_offset, plain.aborted_transactions) == (20, 10, [])
+    assert [b.metadata.base_offset for b in committed.batches] == [0]  # read_committed stops at the LSO
+    assert find(c, tip, 10, committed=True).batches == []
+    assert (latest(c, tip, False), latest(c, tip, True)) == (20, 10)
+    assert c.describe_producers(tip) == [ProducerInfo(7, 0, 9, T0, 10)]
+    assert find(c, other).last_stable_offset == 0  # per partition
+
+    (r,), _ = commit(c, [txn_req(tip, 0, pid=7, epoch=0, seq=-1, kind=TXN_ABORT)])  # marker at 20
+    assert (r.errors, r.assigned_base_offset) == (0, 20)
+    resp = find(c, tip, committed=True)
+    assert [b.metadata.base_offset for b in resp.batches] == [0, 10, 20]
+    assert (resp.last_stable_offset, resp.aborted_transactions) == (21, [AbortedTransaction(7, 10, 20)])
+    assert find(c, tip).aborted_transactions == []  # read_uncommitted: no list (as Kafka answers)
+
+    # The next transaction of the same producer continues its sequence (the marker keeps it) and commits.
+    commit(c, [txn_req(tip, 0, pid=7, epoch=0, seq=10), txn_req(tip, 1, pid=8, epoch=0, seq=0, records=5)])
+    assert find(c, tip).last_stable_offset == 21
+    commit(c, [txn_req(tip, 0, pid=7, epoch=0, seq=-1, kind=TXN_COMMIT)])  # 36; pid 8 still open at 31
+    assert find(c, tip).last_stable_offset == 31
+    assert find(c, tip, 21, committed=True).aborted_transactions == []  # the aborted range ends below 21
+
+    c2 = backend.open(clock)  # a restart (or another broker) sees the same state
+    assert (find(c2, tip).last_stable_offset, latest(c2, tip, True)) == (31, 31)
+    assert find(c2, tip, committed=True).aborted_transactions == [AbortedTransaction(7, 10, 20)]
+    assert c2.describe_producers(tip) == [ProducerInfo(7, 0, 19, T0, -1), ProducerInfo(8, 0, 4, T0, 31)]
+    (dup,), _ = commit(c2, [txn_req(tip, 0, pid=7, epoch=0, seq=10)])  # idempotence still holds past the marker
+    assert dup.is_duplicate and dup.assigned_base_offset == 21
+    # A bumped epoch (the coordinator fenced the producer) aborts pid 8; its old epoch is refused.
+    (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=1, seq=-1, kind=TXN_ABORT)])
+    assert (r.errors, r.assigned_base_offset) == (0, 37)
+    (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=0, seq=5)])
+    assert r.errors == INVALID_PRODUCER_EPOCH
+    (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=0, seq=-1, kind=TXN_COMMIT)])
+    assert r.errors == INVALID_PRODUCER_EPOCH
+    resp = find(c2, tip, committed=True)
+    assert (resp.last_stable_offset, resp.high_watermark) == (38, 38)
+    assert resp.aborted_transactions == [AbortedTransaction(7, 10, 20), AbortedTransaction(8, 31, 37)]
+    (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=1, seq=0)])  # the new epoch starts at 0
+    assert (r.errors, r.assigned_base_offset) == (0, 38)
+    assert c2.describe_producers(other) == [] and c2.describe_producers(
+        TopicIdPartition(uuid.uuid4(), "gone", 0)) is None
+
+
+def test_one_commit_with_data_and_markers_of_several_transactions(coord: BatchCoordinator) -> None:
+    tip, other = topic(coord)
+    responses, _ = commit(coord, [
+        txn_req(tip, 0, pid=1, epoch=0, seq=0), txn_req(tip, 1, pid=2, epoch=0, seq=0),
+        txn_req(tip, 2, pid=1, epoch=0, seq=-1, kind=TXN_ABORT), txn_req(tip, 3, pid=1, epoch=0, seq=10),
+        txn_req(other, 4, pid=2, epoch=0, seq=0), txn_req(other, 5, pid=2, epoch=0, seq=-1, kind=TXN_COMMIT),
+    ])
+    assert [r.assigned_base_offset for r in responses] == [0, 10, 20, 21, 0, 10]
+    resp = find(coord, tip, committed=True)
+    assert resp.last_stable_offset == 10  # pid 2 open from 10; pid 1 reopened at 21
+    assert [b.metadata.base_offset for b in resp.batches] == [0]
+    assert find(coord, tip, 0, committed=False).aborted_transactions == []
+    assert find(coord, other).last_stable_offset == 11
+    commit(coord, [txn_req(tip, 0, pid=2, epoch=0, seq=-1, kind=TXN_COMMIT)])
+    assert find(coord, tip).last_stable_offset == 21
+    resp = find(coord, tip, committed=True)
+    assert resp.aborted_transactions == [AbortedTransaction(1, 0, 20)]
+    assert [b.metadata.base_offset for b in resp.batches] == [0, 10, 20]
+    coord.delete_topics([tip.topic_id])  # the transaction rows go with the log
+    assert coord.describe_producers(tip) is None
+
+
+def aborted_rows(backend: Backend) -> int:
+    return table_rows(backend, "txn_aborted")
+
+
+def test_aborted_ranges_below_the_log_start_are_dropped(backend: Backend, clock: Clock) -> None:
+    c = backend.open(clock)
+    tip, _ = topic(c)
+    for i in range(3):  # three aborted transactions: 0..10, 11..21, 22..32
+        commit(c, [txn_req(tip, 0, pid=4, epoch=0, seq=10 * i),
+                   txn_req(tip, 1, pid=4, epoch=0, seq=-1, kind=TXN_ABORT)])
+    assert aborted_rows(backend) == 3
+    (d,) = c.delete_records([DeleteRecordsRequest(tip, 15)])
+    assert d.low_watermark == 15 and aborted_rows(backend) == 2  # the first ended at 10
+    assert find(c, tip, 15, committed=True).aborted_transactions == [
+        AbortedTransaction(4, 11, 21), AbortedTransaction(4, 22, 32)]
+    clock.now += 10_000
+    c.enforce_retention([RetentionRequest(tip, 1_000, -1)], clock.now)  # everything is old
+    assert aborted_rows(backend) == 0
+
+
+def test_version_3_database_is_migrated_to_4_with_empty_transaction_state(db_path: Path) -> None:
+    c = SqliteBatchCoordinator(db_path, clock=Clock())
+    (tip, _) = topic(c)
+    commit(c, [req(tip), req(tip, 1, pid=3, epoch=0, seq=0)])
+    c.close()
+    raw = sqlite3.connect(db_path)  # what kcli with schema 3 left behind
+    raw.execute("DROP TABLE txn_open")
+    raw.execute("DROP TABLE txn_aborted")
+    raw.execute("UPDATE kcli_meta SET value = '3' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+    reader = SqliteBatchCoordinator(db_path, read_only=True)  # inspects a migrated copy
+    assert find(reader, tip).last_stable_offset == 20
+    reader.close()
+    c = SqliteBatchCoordinator(db_path, clock=Clock())
+    assert log_of(c, tip).high_watermark == 20
+    commit(c, [txn_req(tip, 0, pid=3, epoch=0, seq=10)])
+    assert find(c, tip).last_stable_offset == 20 and latest(c, tip, True) == 20
+    c.close()
+    assert sqlite3.connect(db_path).execute(
+        "SELECT value FROM kcli_meta WHERE key = 'schema_version'").fetchone() == ("4",)

@@ -33,6 +33,7 @@ from plugins.coordinator.base import (
     INVALID_PRODUCER_EPOCH,
     FindBatchRequest,
     RetentionRequest,
+    TXN_ABORT,
     TopicIdPartition,
 )
 from plugins.coordinator.postgresql import (
@@ -387,7 +388,8 @@ def test_brokers_starting_together_migrate_once(pg_database: str) -> None:
         release.join()
         assert time.monotonic() - threads_started >= 0.9
     with psycopg.connect(pg_database, connect_timeout=10) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert raw.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [
+            (v,) for v in range(1, SCHEMA_VERSION + 1)]
     assert [c.describe_logs() for c in opened] == [[]] * 4
     for c in opened:
         c.close()
@@ -409,6 +411,30 @@ def test_a_migration_that_cannot_get_its_lock_gives_up_in_bounded_time(pg_databa
         elapsed = time.monotonic() - started
     assert 0.9 <= elapsed < 10, elapsed  # three attempts of 0.3 s plus the pauses between them
     PostgresBatchCoordinator(pg_database).close()  # the lock gone, the migration runs
+
+
+def test_version_1_database_is_migrated_to_2_and_keeps_everything(pg_database: str) -> None:
+    c = PostgresBatchCoordinator(pg_database)
+    (tip,) = new_topic(c, 1)
+    c.commit_file("wal/a", 1, 1000, [batch(tip, 0), batch(tip, 1, pid=5, epoch=0, seq=0)])
+    c.close()
+    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:  # what schema 1 left
+        raw.execute("DROP TABLE txn_open")
+        raw.execute("DROP TABLE txn_aborted")
+        raw.execute("DELETE FROM schema_version WHERE version = 2")
+    with pytest.raises(CoordinatorException, match="schema version 1, this kcli understands 2"):
+        PostgresBatchCoordinator(pg_database, read_only=True)  # inspection never migrates
+    c = PostgresBatchCoordinator(pg_database)
+    (resp,) = c.find_batches([FindBatchRequest(tip, 0, 1 << 20, read_committed=True)], 1 << 20)
+    assert (resp.high_watermark, resp.last_stable_offset, len(resp.batches)) == (6, 6, 2)
+    marker = CommitBatchRequest(0, tip, 1, 100, 0, 0, T0, 0, 5, 0, -1, -1, TXN_ABORT)
+    (r,) = c.commit_file("wal/b", 1, 1000, [marker])
+    assert r.errors == 0 and r.assigned_base_offset == 6
+    (resp,) = c.find_batches([FindBatchRequest(tip, 0, 1 << 20, read_committed=True)], 1 << 20)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in resp.aborted_transactions] == [(5, 6, 6)]
+    c.close()
+    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:
+        assert raw.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_newer_schema_and_foreign_database_are_refused(pg_database: str, pg_server: PgServer) -> None:

@@ -66,41 +66,47 @@ def watermarks(bootstrap: str, topic: str, partition: int, isolation: str) -> in
         c.close()
 
 
-def test_commit_and_abort_read_committed_vs_uncommitted(broker) -> None:
-    create_topic(broker.bootstrap, "tx", 2)
-    p = txn_producer(broker.bootstrap, "t-commit")
+def check_commit_and_abort(bootstrap: str, topic: str, tid: str) -> None:
+    """Commit, abort, commit on a 2-partition ``topic``: what read_committed and read_uncommitted
+    consumers see, and the LSO while a transaction is open (shared with the diskless tests)."""
+    p = txn_producer(bootstrap, tid)
     p.begin_transaction()
     for i in range(6):
-        p.produce("tx", value=b"c%d" % i, partition=i % 2)
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
     p.commit_transaction(30)
     p.begin_transaction()
     for i in range(4):
-        p.produce("tx", value=b"a%d" % i, partition=i % 2)
+        p.produce(topic, value=b"a%d" % i, partition=i % 2)
     p.flush(30)
     # open transaction: read_committed stops at its first offset, read_uncommitted sees it
-    assert watermarks(broker.bootstrap, "tx", 0, "read_committed") == 4  # 3 records + COMMIT marker
-    assert watermarks(broker.bootstrap, "tx", 0, "read_uncommitted") == 6
+    assert watermarks(bootstrap, topic, 0, "read_committed") == 4  # 3 records + COMMIT marker
+    assert watermarks(bootstrap, topic, 0, "read_uncommitted") == 6
+    assert read(bootstrap, topic, 2, "read_committed", expected=6, settle=1.0) == sorted(b"c%d" % i for i in range(6))
     p.abort_transaction(30)
     p.begin_transaction()
-    p.produce("tx", value=b"last", partition=0)
+    p.produce(topic, value=b"last", partition=0)
     p.commit_transaction(30)
 
     committed = sorted([b"c%d" % i for i in range(6)] + [b"last"])
-    assert read(broker.bootstrap, "tx", 2, "read_committed", expected=7) == committed
-    assert read(broker.bootstrap, "tx", 2, "read_uncommitted", expected=11) == sorted(committed + [b"a%d" % i for i in range(4)])
+    assert read(bootstrap, topic, 2, "read_committed", expected=7) == committed
+    assert read(bootstrap, topic, 2, "read_uncommitted", expected=11) == sorted(committed + [b"a%d" % i for i in range(4)])
     # the LSO is back at the end once everything is decided
-    assert watermarks(broker.bootstrap, "tx", 0, "read_committed") == watermarks(broker.bootstrap, "tx", 0, "read_uncommitted")
+    assert watermarks(bootstrap, topic, 0, "read_committed") == watermarks(bootstrap, topic, 0, "read_uncommitted")
 
 
-def test_send_offsets_to_transaction(broker) -> None:
-    create_topic(broker.bootstrap, "in", 1)
-    create_topic(broker.bootstrap, "out", 1)
-    produce(broker.bootstrap, "in", [b"%d" % i for i in range(10)])
-    group = "ctp"
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+def test_commit_and_abort_read_committed_vs_uncommitted(broker) -> None:
+    create_topic(broker.bootstrap, "tx", 2)
+    check_commit_and_abort(broker.bootstrap, "tx", "t-commit")
+
+
+def check_send_offsets(bootstrap: str, src: str, dst: str, group: str, tid: str) -> None:
+    """Consume 10 records of ``src``; commit the first half's output with their offsets, abort the
+    second half's: the group's committed offset and ``dst``'s read_committed content follow."""
+    produce(bootstrap, src, [b"%d" % i for i in range(10)])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "isolation.level": "read_committed"})
-    c.subscribe(["in"])
-    p = txn_producer(broker.bootstrap, "t-ctp")
+    c.subscribe([src])
+    p = txn_producer(bootstrap, tid)
     got: list[Any] = []
     deadline = time.monotonic() + 30
     while len(got) < 10 and time.monotonic() < deadline:
@@ -111,18 +117,24 @@ def test_send_offsets_to_transaction(broker) -> None:
     # the first half committed with its offsets, the second half aborted with its offsets
     p.begin_transaction()
     for m in got[:5]:
-        p.produce("out", value=b"x" + m.value())
-    p.send_offsets_to_transaction([TopicPartition("in", 0, got[4].offset() + 1)], c.consumer_group_metadata(), 30)
+        p.produce(dst, value=b"x" + m.value())
+    p.send_offsets_to_transaction([TopicPartition(src, 0, got[4].offset() + 1)], c.consumer_group_metadata(), 30)
     p.commit_transaction(30)
     p.begin_transaction()
     for m in got[5:]:
-        p.produce("out", value=b"x" + m.value())
-    p.send_offsets_to_transaction([TopicPartition("in", 0, 10)], c.consumer_group_metadata(), 30)
+        p.produce(dst, value=b"x" + m.value())
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 10)], c.consumer_group_metadata(), 30)
     p.abort_transaction(30)
-    committed = c.committed([TopicPartition("in", 0)], timeout=10)
+    committed = c.committed([TopicPartition(src, 0)], timeout=10)
     c.close()
     assert committed[0].offset == 5
-    assert read(broker.bootstrap, "out", 1, "read_committed", expected=5) == sorted(b"x%d" % i for i in range(5))
+    assert read(bootstrap, dst, 1, "read_committed", expected=5) == sorted(b"x%d" % i for i in range(5))
+
+
+def test_send_offsets_to_transaction(broker) -> None:
+    create_topic(broker.bootstrap, "in", 1)
+    create_topic(broker.bootstrap, "out", 1)
+    check_send_offsets(broker.bootstrap, "in", "out", "ctp", "t-ctp")
 
 
 def test_zombie_is_fenced(broker) -> None:

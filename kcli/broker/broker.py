@@ -891,11 +891,13 @@ class Broker:
         return out
 
     async def read_partition(self, t: TopicState, partition: int, offset: int, max_bytes: int, *, min_one: bool,
-                             upper_bound: int | None = None) -> Any:
+                             upper_bound: int | None = None, read_committed: bool = False) -> Any:
         """Batches from ``offset`` (classic, remote tier or diskless); raises errors with ``.code``.
-        ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads."""
+        ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads;
+        a diskless partition's coordinator applies its own for ``read_committed``."""
         if self.is_diskless(t):
-            return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one)
+            return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one,
+                                            read_committed=read_committed)
         lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
             return await self.tiered.read(t, partition, offset, max_bytes, min_one=min_one)

@@ -248,12 +248,21 @@ def now_ms() -> int:
 _now_ms = now_ms
 
 
+# Bounds the wait for a diskless marker's WAL object (upload + commit); the appender answers
+# sooner with its own error when the object store or the batch coordinator fails.
+DISKLESS_MARKER_TIMEOUT_S = 30.0
+
+
 def _append_marker(b: Any, topic: str, partition: int, batch: bytes, now: int) -> Any:
     """Append a marker batch to a classic partition hosted here; None when the topic is gone
-    (nothing left to mark). Raises LogError/BrokerError with a Kafka code."""
+    (nothing left to mark), or the future of its Produce answer for a diskless partition (a
+    WAL object committed through the batch coordinator). Raises LogError/BrokerError with a
+    Kafka code."""
     t = b.topic(topic)
     if t is None or partition not in t.partitions:
         return None
+    if b.is_diskless(t):
+        return b.diskless.append_marker(t, partition, batch)
     lg = b.log_for(t, partition)
     lg.append(batch, now_ms=now, leader_epoch=t.partitions[partition].leader_epoch, origin=AppendOrigin.COORDINATOR)
     b.notifier.notify(topic, partition)
@@ -267,8 +276,15 @@ async def write_marker(b: Any, topic: str, partition: int, commit: bool, produce
     try:
         lg = _append_marker(b, topic, partition, marker_batch(commit, producer_id, producer_epoch,
                                                                 coordinator_epoch, now), now)
+        if isinstance(lg, asyncio.Future):  # diskless: committed when its WAL object is
+            answer = await asyncio.wait_for(lg, DISKLESS_MARKER_TIMEOUT_S)
+            return int(answer["error_code"])
         if lg is not None:
             await b.flusher.flush({lg})
+    except asyncio.TimeoutError:
+        log.warning("the marker for %s-%d was not committed within %.0f s", topic, partition,
+                    DISKLESS_MARKER_TIMEOUT_S)
+        return int(ErrorCode.request_timed_out)
     except Exception as err:
         code = getattr(err, "code", None)
         if code is None:
@@ -531,8 +547,6 @@ class TransactionCoordinator:
         t = b.topic(tp[0])
         if t is None or tp[1] not in t.partitions:
             return ErrorCode.unknown_topic_or_partition
-        if b.is_diskless(t):
-            return ErrorCode.invalid_txn_state  # not yet: see docs/transactions.md
         return NONE
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:

@@ -64,9 +64,11 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
 
-def validate_batches(records: bytes | bytearray | memoryview, max_message_bytes: int) -> list[tuple[int, int]]:
+def validate_batches(records: bytes | bytearray | memoryview, max_message_bytes: int, *,
+                     marker: bool = False) -> list[tuple[int, int]]:
     """(position, size) of each batch of one Produce partition; BrokerError on anything Kafka's
-    LogValidator refuses that the header alone shows (framing, magic, CRC, counts, sizes)."""
+    LogValidator refuses that the header alone shows (framing, magic, CRC, counts, sizes).
+    ``marker``: the transaction coordinator's end-transaction marker, the one control batch allowed."""
     total = len(records)
     if total == 0:
         raise BrokerError(INVALID_RECORD, "the produce request has no record batch")
@@ -90,11 +92,13 @@ def validate_batches(records: bytes | bytearray | memoryview, max_message_bytes:
             raise BrokerError(CORRUPT_MESSAGE, f"batch at position {pos} fails its CRC-32C check")
         if h.records_count <= 0 or h.last_offset_delta < 0 or h.records_count != h.last_offset_delta + 1:
             raise BrokerError(INVALID_RECORD, f"inconsistent batch: {h.records_count} records, last offset delta {h.last_offset_delta}")
-        if h.is_control:
-            raise BrokerError(INVALID_RECORD, "clients may not write control batches")
-        if h.is_transactional:
-            raise BrokerError(INVALID_RECORD, "transactional batches are not supported on diskless topics")
-        if h.producer_id >= 0 and h.base_sequence < 0:
+        if h.is_control != marker:
+            raise BrokerError(INVALID_RECORD, "clients may not write control batches" if h.is_control
+                              else "not a transaction marker")
+        if marker:
+            if not h.is_transactional or h.producer_id < 0:
+                raise BrokerError(INVALID_RECORD, "a transaction marker needs the transactional bit and a producer id")
+        elif h.producer_id >= 0 and h.base_sequence < 0:
             raise BrokerError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
         out.append((pos, size))
         pos += size
@@ -208,15 +212,16 @@ class Appender:
     # -- accepting ---------------------------------------------------------------------------
 
     def append(self, tip: "TopicIdPartition", partition: int, records: bytes, *, log_append_time: bool,
-               max_message_bytes: int, compacted: bool = False) -> asyncio.Future[dict[str, Any]]:
+               max_message_bytes: int, compacted: bool = False, marker: bool = False) -> asyncio.Future[dict[str, Any]]:
         """Validate now and enqueue now (so request order is buffer order); the future resolves
         to the Produce partition response once the object is committed (or failed).
-        ``compacted``: every record needs a key (refused per record, as Kafka does)."""
+        ``compacted``: every record needs a key (refused per record, as Kafka does).
+        ``marker``: a transaction marker (kcli/records/control.py) from the transaction coordinator."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         try:
-            spans = validate_batches(records, max_message_bytes)
-            record_errors = _keyless_records(records, spans, str(tip)) if compacted else []
+            spans = validate_batches(records, max_message_bytes, marker=marker)
+            record_errors = _keyless_records(records, spans, str(tip)) if compacted and not marker else []
         except BrokerError as err:
             self.metrics.inc("diskless.append.rejected")
             fut.set_exception(err)

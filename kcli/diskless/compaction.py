@@ -59,7 +59,7 @@ from kcli.storage.cleaner import (
 if TYPE_CHECKING:
     from kcli.broker.metadata_log import TopicState
     from kcli.storage.log_config import LogConfig
-    from plugins.coordinator.base import BatchInfo, TopicIdPartition
+    from plugins.coordinator.base import AbortedTransaction, BatchInfo, BatchMetadata, TopicIdPartition
 
 log = logging.getLogger("kcli.diskless.compaction")
 
@@ -69,12 +69,27 @@ _ALL = 1 << 62  # find_batches budget that returns a whole log
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """A diskless log as one find_batches call saw it, with its cleaner checkpoint."""
+    """A diskless log as one find_batches call saw it, with its cleaner checkpoint: the batches
+    below its last stable offset (an open transaction's records may still be aborted, so nothing
+    at or above it is cleaned, as in Kafka) and the aborted transactions among them."""
 
     batches: list["BatchInfo"]
     log_start_offset: int
     high_watermark: int
     checkpoint: int | None
+    last_stable_offset: int = -1  # -1: the high watermark
+    aborted: tuple["AbortedTransaction", ...] = ()
+
+    @property
+    def stable_end(self) -> int:
+        return self.high_watermark if self.last_stable_offset < 0 else min(self.last_stable_offset, self.high_watermark)
+
+
+def is_aborted(md: "BatchMetadata", aborted: tuple["AbortedTransaction", ...]) -> bool:
+    """Whether a batch belongs to an aborted transaction: its records never count as the latest
+    of their key (Kafka's cleaner skips them when it maps keys). Markers are kept as they are."""
+    return md.producer_id >= 0 and any(
+        a.producer_id == md.producer_id and a.first_offset <= md.base_offset <= a.last_offset for a in aborted)
 
 
 def cleanable_range(snap: LogSnapshot, min_lag_ms: int, max_lag_ms: int, now_ms: int) -> CleanableRange:
@@ -82,7 +97,7 @@ def cleanable_range(snap: LogSnapshot, min_lag_ms: int, max_lag_ms: int, now_ms:
     first_dirty = snap.checkpoint if snap.checkpoint is not None else snap.log_start_offset
     if not snap.log_start_offset <= first_dirty <= snap.high_watermark:
         first_dirty = snap.log_start_offset  # the log start moved past the checkpoint
-    uncleanable = snap.high_watermark
+    uncleanable = snap.stable_end
     dirty = [b.metadata for b in snap.batches if b.metadata.last_offset >= first_dirty]
     if min_lag_ms > 0:
         for md in dirty:
@@ -139,14 +154,16 @@ def read_log(engine: "CompactionHost", tip: "TopicIdPartition") -> LogSnapshot:
     coordinator = engine.coordinator
     assert coordinator is not None
     checkpoint = coordinator.cleaner_checkpoint(tip)
-    resp = coordinator.find_batches([FindBatchRequest(tip, 0, _ALL)], _ALL)[0]
+    resp = coordinator.find_batches([FindBatchRequest(tip, 0, _ALL, read_committed=True)], _ALL)[0]
     if resp.errors == 1:  # OFFSET_OUT_OF_RANGE: offset 0 is below the log start
-        resp = coordinator.find_batches([FindBatchRequest(tip, resp.log_start_offset, _ALL)], _ALL)[0]
+        resp = coordinator.find_batches([FindBatchRequest(tip, resp.log_start_offset, _ALL, read_committed=True)],
+                                        _ALL)[0]
     if resp.errors != 0:
         from kcli.protocol.errors import error_name
 
         raise RuntimeError(f"the coordinator answered {error_name(resp.errors)} for {tip}")
-    return LogSnapshot(resp.batches, resp.log_start_offset, resp.high_watermark, checkpoint)
+    return LogSnapshot(resp.batches, resp.log_start_offset, resp.high_watermark, checkpoint,
+                       resp.last_stable_offset, tuple(resp.aborted_transactions))
 
 
 class DisklessLogCleaner:
@@ -220,7 +237,7 @@ class DisklessLogCleaner:
         if not (due or force) or not in_range:
             return None
         result = CleanResult(rng.first_dirty, rng.first_dirty, rng.ratio)
-        offsets, result.end_offset = await self._offset_map(in_range, rng, config.segment_bytes, result)
+        offsets, result.end_offset = await self._offset_map(in_range, rng, config.segment_bytes, result, snap.aborted)
         todo = [b for b in in_range if b.metadata.last_offset < result.end_offset]
         loop = asyncio.get_running_loop()
         for group in batch_groups(todo, config.segment_bytes):  # one rewritten object per group
@@ -247,7 +264,8 @@ class DisklessLogCleaner:
         return pieces
 
     async def _offset_map(self, batches: list["BatchInfo"], rng: CleanableRange, group_bytes: int,
-                          result: CleanResult) -> tuple[dict[bytes, int], int]:
+                          result: CleanResult,
+                          aborted: tuple["AbortedTransaction", ...] = ()) -> tuple[dict[bytes, int], int]:
         """Kafka's buildOffsetMap over the dirty batches, read a group at a time, until the keys
         cost ``max_map_bytes`` (at least one batch is mapped): (key → latest offset, the pass's end)."""
         offsets: dict[bytes, int] = {}
@@ -256,19 +274,20 @@ class DisklessLogCleaner:
         for group in batch_groups([b for b in batches if b.metadata.last_offset >= rng.first_dirty], group_bytes):
             pieces = await self._read(group, result)
             cost, end, full = await loop.run_in_executor(self.engine.io_pool, self._map_group, offsets, group,
-                                                         pieces, rng.first_dirty, cost, end)
+                                                         pieces, rng.first_dirty, cost, end, aborted)
             if full:
                 break
         return offsets, end
 
     def _map_group(self, offsets: dict[bytes, int], group: list["BatchInfo"], pieces: list[bytes],
-                   first_dirty: int, cost: int, end: int) -> tuple[int, int, bool]:
+                   first_dirty: int, cost: int, end: int,
+                   aborted: tuple["AbortedTransaction", ...] = ()) -> tuple[int, int, bool]:
         """Add one group's keys to the map (worker thread: decoding is CPU); returns (cost, end,
         whether the map is full)."""
         for b, piece in zip(group, pieces):
             if offsets and cost >= self.max_map_bytes:
                 return cost, end, True
-            if not read_header(piece).is_control:
+            if not read_header(piece).is_control and not is_aborted(b.metadata, aborted):
                 for rec in decode_records(piece):
                     if rec.key is not None and rec.offset >= first_dirty:
                         if rec.key not in offsets:

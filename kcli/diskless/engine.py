@@ -467,23 +467,60 @@ class DisklessEngine(BrokerExtension):
         return self.appender.append(self.tip(t, partition), partition, records, log_append_time=log_append,
                                     max_message_bytes=max_message, compacted=compacted)
 
+    def append_marker(self, t: "TopicState", partition: int, batch: bytes) -> "asyncio.Future[dict[str, Any]]":
+        """A transaction marker (COMMIT/ABORT control batch) through the same WAL object path as
+        produce: the coordinator commits it like any batch and ends the producer's transaction."""
+        self._ensure_open()
+        assert self.appender is not None
+        log_append, max_message, _compacted = self._topic_settings(t)
+        return self.appender.append(self.tip(t, partition), partition, batch, log_append_time=log_append,
+                                    max_message_bytes=max(max_message, len(batch)), marker=True)
+
+    async def last_stable_offset(self, t: "TopicState", partition: int) -> int:
+        """ListOffsets latest for read_committed: the first offset of the earliest open transaction."""
+        from plugins.coordinator.base import ListOffsetsRequest
+
+        self._ensure_open()
+        assert self.coordinator is not None
+        tip = self.tip(t, partition)
+        resp = (await self._coord(self.coordinator.list_offsets, [
+            ListOffsetsRequest(tip, ListOffsetsRequest.LATEST_TIMESTAMP, read_committed=True)]))[0]
+        if resp.errors != 0:
+            raise LogError(resp.errors, f"diskless partition {tip}")
+        return resp.offset
+
+    async def describe_producers(self, t: "TopicState", partition: int) -> list[Any]:
+        """The partition's producers as the coordinator keeps them (DescribeProducers)."""
+        self._ensure_open()
+        assert self.coordinator is not None
+        tip = self.tip(t, partition)
+        producers = await self._coord(self.coordinator.describe_producers, tip)
+        if producers is None:
+            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"diskless partition {tip} is unknown")
+        return producers
+
     def offsets(self, t: "TopicState", partition: int) -> tuple[int, int]:
         o = self._offsets.get((t.topic_id, partition))
         return (o[0], o[1]) if o is not None else (-1, -1)
 
     async def read(self, t: "TopicState", partition: int, offset: int, max_bytes: int, *,
-                   min_one: bool) -> DisklessReadResult:
+                   min_one: bool, read_committed: bool = False) -> DisklessReadResult:
+        """``read_committed``: only up to the last stable offset, with the aborted transactions
+        of the range (the coordinator's, seed 004)."""
         from plugins.coordinator.base import FindBatchRequest
 
         self._ensure_open()
         assert self.coordinator is not None and self.reader is not None
         o = self._offsets.get((t.topic_id, partition))
-        if o is not None and offset == o[0] and offset >= o[1]:
-            return DisklessReadResult(b"", o[0], o[1], offset)  # at the log end: nothing to look up
+        if o is not None and offset == o[0] and offset >= o[1] and not read_committed:
+            # At the log end: nothing to look up. (A read_committed fetch always asks: an open
+            # transaction may keep the last stable offset below the high watermark.)
+            return DisklessReadResult(b"", o[0], o[1], offset)
         started = time.monotonic()
         tip = self.tip(t, partition)
         limit = max(0, max_bytes)
-        resp = (await self._coord(self.coordinator.find_batches, [FindBatchRequest(tip, offset, limit)], limit))[0]
+        resp = (await self._coord(self.coordinator.find_batches,
+                                  [FindBatchRequest(tip, offset, limit, read_committed)], limit))[0]
         self.metrics.observe("diskless.find.latency_ms", (time.monotonic() - started) * 1000)  # the coordinator's part
         if resp.errors == OFFSET_OUT_OF_RANGE:
             raise OffsetOutOfRange(offset, log_start_offset=resp.log_start_offset,
@@ -498,13 +535,14 @@ class DisklessEngine(BrokerExtension):
             batches = []
         self.metrics.inc("diskless.read.count")
         if not batches:
-            return DisklessReadResult(b"", resp.high_watermark, resp.log_start_offset, offset)
+            return DisklessReadResult(b"", resp.high_watermark, resp.log_start_offset, offset, resp.last_stable_offset)
         self.reader.track_fetch()
         p = t.partitions.get(partition)
         data = await self.reader.assemble(batches, p.leader_epoch if p is not None else 0)
         self.metrics.inc("diskless.read.bytes", len(data))
         self.metrics.observe("diskless.read.latency_ms", (time.monotonic() - started) * 1000)
-        return DisklessReadResult(data, resp.high_watermark, resp.log_start_offset, batches[-1].metadata.last_offset + 1)
+        return DisklessReadResult(data, resp.high_watermark, resp.log_start_offset, batches[-1].metadata.last_offset + 1,
+                                  resp.last_stable_offset, resp.aborted_transactions)
 
     async def list_offset(self, t: "TopicState", partition: int, timestamp: int) -> tuple[int, int]:
         """ListOffsets: -1 latest, -2 earliest, -4 earliest local (= earliest: nothing is

@@ -17,7 +17,7 @@ import logging
 import time
 from collections import OrderedDict
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kcli.records.batch import (
@@ -32,7 +32,7 @@ from plugins.objectstore.base import ObjectNotFound
 
 if TYPE_CHECKING:
     from kcli.broker.metrics import Metrics
-    from plugins.coordinator.base import BatchInfo
+    from plugins.coordinator.base import AbortedTransaction, BatchInfo
     from plugins.objectstore.base import ObjectStorage
 
 log = logging.getLogger("kcli.diskless.reader")
@@ -54,6 +54,8 @@ class DisklessReadResult:
     high_watermark: int
     log_start_offset: int
     next_offset: int
+    last_stable_offset: int = -1  # -1: not looked up (the high watermark stands for it)
+    aborted_transactions: list["AbortedTransaction"] = field(default_factory=list)  # read_committed only
 
 
 class RangeCache:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
 from kcli.errors import OperationError
 from kcli.records.batch import BatchHeader, InvalidBatchError, read_header
+from kcli.records.control import control_type
 
 if TYPE_CHECKING:
     from plugins.coordinator.base import CommitBatchRequest
@@ -61,6 +62,7 @@ class WalBatchRef:
     size: int
     request_index: int
     header: BatchHeader = field(compare=False, repr=False)
+    control_type: int = -1  # a control batch's record type (kcli/records/control.py), else -1
 
 
 class WalBuilder:
@@ -71,7 +73,7 @@ class WalBuilder:
     """
 
     def __init__(self) -> None:
-        self._by_tip: dict[Hashable, list[tuple[int, bytes, BatchHeader]]] = {}
+        self._by_tip: dict[Hashable, list[tuple[int, bytes, BatchHeader, int]]] = {}
         self._count = 0
         self._size = VERSION_HEADER_SIZE
 
@@ -87,7 +89,8 @@ class WalBuilder:
                 f"cannot add batch for {tip}: expected exactly one batch of {header.size} bytes, got {len(data)}"
             )
         index = self._count
-        self._by_tip.setdefault(tip, []).append((index, data, header))
+        kind = control_type(data) if header.is_control else -1
+        self._by_tip.setdefault(tip, []).append((index, data, header, kind))
         self._count += 1
         self._size += len(data)
         return index
@@ -116,9 +119,9 @@ class WalBuilder:
         refs: list[WalBatchRef] = []
         position = VERSION_HEADER_SIZE
         for tip, entries in self._by_tip.items():
-            for index, data, header in entries:
+            for index, data, header, kind in entries:
                 chunks.append(data)
-                refs.append(WalBatchRef(tip, position, len(data), index, header))
+                refs.append(WalBatchRef(tip, position, len(data), index, header, kind))
                 position += len(data)
         return chunks, refs
 
@@ -177,11 +180,18 @@ def commit_batch_requests(
     ``timestamp_type(tip)`` returns the topic's ``message.timestamp.type`` as Kafka's
     TimestampType (0 CreateTime, 1 LogAppendTime); by default the batch's own attribute is used.
     """
-    from plugins.coordinator.base import CommitBatchRequest, TimestampType
+    from kcli.records.control import ABORT, COMMIT
+    from plugins.coordinator.base import TXN_ABORT, TXN_COMMIT, TXN_DATA, TXN_NONE, CommitBatchRequest, TimestampType
 
     out = []
     for ref in refs:
         h = ref.header
+        if not h.is_transactional:
+            txn = TXN_NONE
+        elif not h.is_control:
+            txn = TXN_DATA
+        else:  # only markers get here (clients may not write control batches)
+            txn = {COMMIT: TXN_COMMIT, ABORT: TXN_ABORT}.get(ref.control_type, TXN_NONE)
         ts_type = (
             timestamp_type(ref.tip)
             if timestamp_type is not None
@@ -201,6 +211,7 @@ def commit_batch_requests(
                 producer_epoch=h.producer_epoch,
                 base_sequence=h.base_sequence,
                 last_sequence=h.last_sequence,
+                transaction=txn,
             )
         )
     return out

@@ -36,6 +36,13 @@ NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 UNKNOWN_OFFSET = -1
 
+# What a committed batch is to a transaction (CommitBatchRequest.transaction), from its attributes
+# (transactional / control bits) and, for a marker, its control record (kcli/records/control.py).
+TXN_NONE = 0  # not transactional
+TXN_DATA = 1  # a transactional data batch: opens the producer's transaction on the partition
+TXN_COMMIT = 2  # a COMMIT marker (control batch): ends it
+TXN_ABORT = 3  # an ABORT marker: ends it and records an aborted range
+
 
 # Records on the per-batch hot path (commit requests/responses, batch coordinates) are plain
 # slotted dataclasses: treat them as immutable. Frozen dataclasses cost ~5x more to construct,
@@ -84,6 +91,7 @@ class CommitBatchRequest:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     last_sequence: int = NO_SEQUENCE
+    transaction: int = TXN_NONE
 
     @property
     def offset_delta(self) -> int:
@@ -112,9 +120,13 @@ class CommitBatchResponse:
 
 @dataclass(slots=True)
 class FindBatchRequest:
+    """``read_committed`` (Fetch isolation_level 1): only batches below the last stable offset,
+    and the aborted transactions overlapping them."""
+
     topic_id_partition: TopicIdPartition
     offset: int
     max_partition_fetch_bytes: int
+    read_committed: bool = False
 
 
 @dataclass(slots=True)
@@ -151,18 +163,37 @@ class BatchInfo:
     metadata: BatchMetadata
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """An aborted transaction of one partition: its producer, its first offset there and the
+    offset of its ABORT marker (Kafka's AbortedTxn of a .txnindex)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
 @dataclass(slots=True)
 class FindBatchResponse:
+    """``last_stable_offset``: the first offset of the partition's earliest open transaction, else
+    the high watermark. ``aborted_transactions`` (read_committed requests only, else empty): those
+    whose range overlaps [offset, end of the returned batches), by first offset."""
+
     errors: int
     batches: list[BatchInfo]
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int = UNKNOWN_OFFSET
+    aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetsRequest:
+    """``read_committed``: LATEST_TIMESTAMP answers the last stable offset (as Kafka does)."""
+
     topic_id_partition: TopicIdPartition
     timestamp: int
+    read_committed: bool = False
 
     # Kafka's special ListOffsets timestamps (org.apache.kafka.common.requests.ListOffsetsRequest).
     LATEST_TIMESTAMP: ClassVar[int] = -1
@@ -271,6 +302,18 @@ class UploadIntent:
     object_key: str
     broker_id: int
     created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One producer of a partition (DescribeProducers): its epoch, last sequence and batch time,
+    and the first offset of its open transaction there (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +500,13 @@ class BatchCoordinator(abc.ABC):
     def set_cleaner_checkpoint(self, topic_id_partition: TopicIdPartition, offset: int) -> None:
         """Record the first dirty offset after a cleaning pass (Kafka's cleaner-offset-checkpoint,
         kept with the log so that any broker — the controller of the moment — resumes)."""
+
+    # -- transactions (seed 004: the coordinator holds a diskless partition's transaction state) --
+
+    @abc.abstractmethod
+    def describe_producers(self, topic_id_partition: TopicIdPartition) -> list[ProducerInfo] | None:
+        """The partition's producers, by producer id (None: unknown partition). A producer whose
+        batches were all deleted is still listed while its state is kept."""
 
     @abc.abstractmethod
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

@@ -36,10 +36,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from plugins.coordinator.base import (
     FILE_STATE_DELETING,
     FILE_STATE_UPLOADED,
+    INVALID_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
     NO_TIMESTAMP,
     NONE,
     OFFSET_OUT_OF_RANGE,
+    TXN_COMMIT,
+    TXN_DATA,
     UNKNOWN_OFFSET,
+    AbortedTransaction,
     UNKNOWN_TOPIC_OR_PARTITION,
     BatchCoordinator,
     BatchInfo,
@@ -58,6 +64,7 @@ from plugins.coordinator.base import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     LogInfo,
+    ProducerInfo,
     RetentionRequest,
     RetentionResult,
     TopicIdPartition,
@@ -78,8 +85,9 @@ from plugins.coordinator.sqlite import (
     check_replacement,
     _Producer,
 )
+from plugins.coordinator.txn import TxnChanges, TxnEvent, apply_events
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMES = ("postgresql", "postgres")
 # pg_advisory_xact_lock key of the migration (any constant; "kcli" in ASCII).
 MIGRATION_LOCK_KEY = 0x6B636C69
@@ -152,15 +160,31 @@ _V1 = (
 # Version N's statements at index N - 1. A step must be quick under the migration's lock_timeout:
 # add nullable columns or new tables, build indexes on big tables CONCURRENTLY (outside the
 # transaction, a separate step), never rewrite a table in place (docs/batch-coordinator.md).
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: transactions of diskless partitions (plugins/coordinator/txn.py), two new tables.
+_V2 = (
+    """CREATE TABLE txn_open (
+        log_id       bigint NOT NULL REFERENCES logs (log_id) ON DELETE CASCADE,
+        producer_id  bigint NOT NULL,
+        first_offset bigint NOT NULL,
+        PRIMARY KEY (log_id, producer_id))""",
+    """CREATE TABLE txn_aborted (
+        log_id       bigint NOT NULL REFERENCES logs (log_id) ON DELETE CASCADE,
+        last_offset  bigint NOT NULL,
+        producer_id  bigint NOT NULL,
+        first_offset bigint NOT NULL,
+        PRIMARY KEY (log_id, last_offset))""",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 
 _BATCH_COLUMNS = (
     "b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset, b.log_append_time,"
     " b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence"
 )
 _FIND_FIRST = (
-    "SELECT l.log_id, l.log_start_offset, l.high_watermark, x.batch_id, x.object_key, x.byte_offset, x.byte_size,"
-    " x.base_offset, x.last_offset, x.log_append_time, x.batch_max_timestamp, x.timestamp_type, x.producer_id,"
+    "SELECT l.log_id, l.log_start_offset, l.high_watermark,"
+    " (SELECT min(first_offset) FROM txn_open t WHERE t.log_id = l.log_id),"
+    " x.batch_id, x.object_key, x.byte_offset, x.byte_size, x.base_offset, x.last_offset, x.log_append_time,"
+    " x.batch_max_timestamp, x.timestamp_type, x.producer_id,"
     " x.producer_epoch, x.base_sequence, x.last_sequence"
     " FROM logs l LEFT JOIN LATERAL (SELECT b.*, f.object_key FROM (SELECT * FROM batches"
     "  WHERE log_id = l.log_id AND last_offset >= %s AND last_offset < l.high_watermark"
@@ -488,7 +512,10 @@ class PostgresBatchCoordinator(BatchCoordinator):
     def _delete_batches(cur: psycopg.Cursor, log_id: int, topic_id: uuid.UUID, below: int | None,
                         freed_per_file: dict[tuple[int, uuid.UUID], int]) -> tuple[int, int]:
         """Delete the log's batches (last_offset < ``below``, or all); adds the bytes freed per
-        (file, topic) to ``freed_per_file`` for _release_files. Returns (batches, bytes)."""
+        (file, topic) to ``freed_per_file`` for _release_files. Returns (batches, bytes). Aborted
+        transactions that end below ``below`` go too (no fetch can overlap them any more)."""
+        if below is not None:
+            cur.execute("DELETE FROM txn_aborted WHERE log_id = %s AND last_offset < %s", (log_id, below))
         if below is None:
             rows = cur.execute(
                 "WITH d AS (DELETE FROM batches WHERE log_id = %s RETURNING file_id, byte_size)"
@@ -652,6 +679,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         changed_producers: set[tuple[int, int]] = set()
         responses: list[CommitBatchResponse] = []
         rows: list[tuple] = []
+        txn_events: list[TxnEvent] = []
         for i, req in enumerate(batches):
             tip = req.topic_id_partition
             size, byte_offset, delta = req.size, req.byte_offset, req.last_offset - req.base_offset
@@ -674,6 +702,22 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     raise CoordinatorException(
                         f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
                 producer = producers.get((log_id, pid))
+                kind = req.transaction
+                if kind >= TXN_COMMIT:  # a marker: no sequence; only the epoch is checked
+                    if producer is not None and epoch < producer.epoch:
+                        responses.append(CommitBatchResponse.of_error(INVALID_PRODUCER_EPOCH, req))
+                        continue
+                    if producer is None or epoch > producer.epoch:
+                        producers[(log_id, pid)] = _PackedProducer(epoch)
+                        changed_producers.add((log_id, pid))
+                    base = st[2]
+                    st[2] = base + delta + 1
+                    st[3] += size
+                    rows.append((log_id, base + delta, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
+                                 req.message_timestamp_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE))
+                    txn_events.append(TxnEvent(log_id, pid, kind, base))
+                    responses.append(CommitBatchResponse(NONE, base, now, lso, False, req))
+                    continue
                 if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
                     if type(producer) is _PackedProducer:  # not simply the next batch: the full ring
                         producer = producers[(log_id, pid)] = _Producer.decode(producer.epoch, producer.blob)
@@ -692,6 +736,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     producer = producers[(log_id, pid)] = _PackedProducer(epoch)
                 producer.append(base_seq, last_seq, base, last, now)
                 changed_producers.add((log_id, pid))
+                if kind:
+                    txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
             else:
                 base = st[2]
                 last = base + delta
@@ -715,7 +761,10 @@ class PostgresBatchCoordinator(BatchCoordinator):
         used = sum(acc[1] for acc in topic_bytes.values())
         updated = sorted(changed_producers & stored)
         inserted = sorted(changed_producers - stored)
+        txn = self._txn_changes(cur, txn_events) if txn_events else None
         with conn.pipeline():
+            if txn is not None:
+                self._write_txn_changes(cur, txn)
             if grown:
                 cur.execute(
                     "UPDATE logs l SET high_watermark = v.hwm, byte_size = v.size"
@@ -745,6 +794,37 @@ class PostgresBatchCoordinator(BatchCoordinator):
             cur.execute("COMMIT")
         return responses
 
+    @staticmethod
+    def _txn_changes(cur: psycopg.Cursor, events: list[TxnEvent]) -> TxnChanges:
+        """The open transactions of the events' (log, producer) pairs, read under the logs' row
+        locks this commit holds, folded with the events."""
+        pairs = sorted({(e.log_id, e.producer_id) for e in events})
+        stored = {(log_id, pid): first for log_id, pid, first in cur.execute(
+            "SELECT t.log_id, t.producer_id, t.first_offset FROM txn_open t"
+            " JOIN unnest(%b::bigint[], %b::bigint[]) AS k (log_id, producer_id)"
+            " ON t.log_id = k.log_id AND t.producer_id = k.producer_id",
+            ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()}
+        return apply_events(stored, events)
+
+    @staticmethod
+    def _write_txn_changes(cur: psycopg.Cursor, changes: TxnChanges) -> None:
+        if changes.deleted:
+            cur.execute("DELETE FROM txn_open t USING unnest(%b::bigint[], %b::bigint[]) AS k (log_id, producer_id)"
+                        " WHERE t.log_id = k.log_id AND t.producer_id = k.producer_id",
+                        ([p[0] for p in changes.deleted], [p[1] for p in changes.deleted]))
+        if changes.inserted:
+            keys = sorted(changes.inserted)
+            cur.execute("INSERT INTO txn_open (log_id, producer_id, first_offset)"
+                        " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[])",
+                        ([k[0] for k in keys], [k[1] for k in keys], [changes.inserted[k] for k in keys]))
+        if changes.aborted:
+            rows = changes.aborted
+            cur.execute("INSERT INTO txn_aborted (log_id, producer_id, first_offset, last_offset)"
+                        " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[])"
+                        " ON CONFLICT (log_id, last_offset) DO UPDATE SET producer_id = excluded.producer_id,"
+                        " first_offset = excluded.first_offset",
+                        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]))
+
     @_guarded
     def find_batches(self, requests: list[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
         out: list[FindBatchResponse] = []
@@ -763,21 +843,23 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 if not rows:
                     out.append(FindBatchResponse(UNKNOWN_TOPIC_OR_PARTITION, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
                     continue
-                log_id, lso, hwm = rows[0][:3]
+                log_id, lso, hwm, first_open = rows[0][:4]
                 if req.offset < lso or req.offset > hwm:
                     out.append(FindBatchResponse(OFFSET_OUT_OF_RANGE, [], lso, hwm))
                     continue
+                stable = hwm if first_open is None else min(first_open, hwm)
+                end = stable if req.read_committed else hwm
                 budget = min(req.max_partition_fetch_bytes, remaining)
                 found: list[BatchInfo] = []
-                if req.offset < hwm and (budget > 0 or min_one):
+                if req.offset < end and (budget > 0 or min_one):
                     taken = 0
-                    chunk = [row[3:] for row in rows if row[3] is not None]
+                    chunk = [row[4:] for row in rows if row[4] is not None]
                     limit = FIND_FIRST_CHUNK
                     while True:
                         done = False
                         for row in chunk:
                             size = row[3]
-                            if taken + size > budget and not (min_one and not found):
+                            if row[4] >= end or (taken + size > budget and not (min_one and not found)):
                                 done = True
                                 break
                             found.append(self._batch_info(row, tip))
@@ -797,7 +879,13 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     if found:
                         min_one = False
                         remaining -= taken
-                out.append(FindBatchResponse(NONE, found, lso, hwm))
+                aborted: list[AbortedTransaction] = []
+                if req.read_committed and found:
+                    aborted = [AbortedTransaction(*r) for r in conn.execute(
+                        "SELECT producer_id, first_offset, last_offset FROM txn_aborted WHERE log_id = %s"
+                        " AND last_offset >= %s AND first_offset <= %s ORDER BY first_offset",
+                        (log_id, req.offset, found[-1].metadata.last_offset)).fetchall()]
+                out.append(FindBatchResponse(NONE, found, lso, hwm, stable, aborted))
         return out
 
     @_guarded
@@ -818,7 +906,12 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 if ts in (ListOffsetsRequest.EARLIEST_TIMESTAMP, ListOffsetsRequest.EARLIEST_LOCAL_TIMESTAMP):
                     out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, lso))
                 elif ts == ListOffsetsRequest.LATEST_TIMESTAMP:
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, hwm))
+                    latest = hwm
+                    if req.read_committed:
+                        first = conn.execute("SELECT min(first_offset) FROM txn_open WHERE log_id = %s",
+                                             (log_id,)).fetchone()[0]
+                        latest = hwm if first is None else min(first, hwm)
+                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, latest))
                 elif ts == ListOffsetsRequest.LATEST_TIERED_TIMESTAMP:
                     out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))  # nothing tiered
                 else:
@@ -1209,6 +1302,27 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 "INSERT INTO kcli_meta (key, value) SELECT 'cleaner.checkpoint.' || log_id, %s FROM logs"
                 " WHERE topic_id = %s AND partition = %s ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(offset), topic_id_partition.topic_id, topic_id_partition.partition))
+
+    @_guarded
+    def describe_producers(self, topic_id_partition: TopicIdPartition) -> list[ProducerInfo] | None:
+        tip = topic_id_partition
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute("SELECT log_id FROM logs WHERE topic_id = %s AND partition = %s",
+                               (tip.topic_id, tip.partition)).fetchone()
+            if row is None:
+                return None
+            states = {pid: (epoch, bytes(blob)) for pid, epoch, blob in conn.execute(
+                "SELECT producer_id, producer_epoch, batches FROM producer_state WHERE log_id = %s", (row[0],))}
+            open_txns = dict(conn.execute(
+                "SELECT producer_id, first_offset FROM txn_open WHERE log_id = %s", (row[0],)).fetchall())
+        out = []
+        for pid in sorted(set(states) | set(open_txns)):
+            epoch, blob = states.get(pid, (NO_PRODUCER_EPOCH, b""))
+            batches = _Producer.decode(epoch, blob).batches
+            last = batches[-1] if batches else None
+            out.append(ProducerInfo(pid, epoch, last[1] if last else NO_SEQUENCE, last[4] if last else NO_TIMESTAMP,
+                                    open_txns.get(pid, UNKNOWN_OFFSET)))
+        return out
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

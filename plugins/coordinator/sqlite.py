@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from kcli import faults
 from plugins.coordinator.base import (
     FILE_STATE_DELETING,
+    AbortedTransaction,
     FILE_STATE_UPLOADED,
     INVALID_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -33,6 +34,8 @@ from plugins.coordinator.base import (
     NONE,
     OFFSET_OUT_OF_RANGE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TXN_COMMIT,
+    TXN_DATA,
     UNKNOWN_OFFSET,
     UNKNOWN_TOPIC_OR_PARTITION,
     BatchCoordinator,
@@ -52,14 +55,16 @@ from plugins.coordinator.base import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     LogInfo,
+    ProducerInfo,
     RetentionRequest,
     RetentionResult,
     TopicIdPartition,
     TopicStorageInfo,
     UploadIntent,
 )
+from plugins.coordinator.txn import TxnEvent, apply_events
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PRODUCER_STATE_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 PRODUCER_SNAPSHOT_INTERVAL_MS = 60_000  # bounds the batches replayed after a crash
 INT32_MAX = 0x7FFFFFFF
@@ -145,6 +150,24 @@ CREATE TABLE IF NOT EXISTS upload_intents (
     broker_id  INTEGER NOT NULL,
     created_at INTEGER NOT NULL
 ) WITHOUT ROWID"""
+# Version 4: transactions of diskless partitions (plugins/coordinator/txn.py). Open ones by
+# (log, producer); aborted ranges by the ABORT marker's offset, so a fetch reads those at or
+# above its offset.
+_TXN_DDL = (
+    """CREATE TABLE IF NOT EXISTS txn_open (
+    log_id       INTEGER NOT NULL REFERENCES logs (log_id) ON DELETE CASCADE,
+    producer_id  INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    PRIMARY KEY (log_id, producer_id)
+) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS txn_aborted (
+    log_id       INTEGER NOT NULL REFERENCES logs (log_id) ON DELETE CASCADE,
+    last_offset  INTEGER NOT NULL,
+    producer_id  INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    PRIMARY KEY (log_id, last_offset)
+) WITHOUT ROWID""",
+)
 _INDEXES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS logs_by_partition ON logs (topic_id, partition)",
     "CREATE INDEX IF NOT EXISTS files_by_state ON files (state, marked_for_deletion_at)",
@@ -159,6 +182,7 @@ SCHEMA: tuple[str, ...] = (
     _FILE_TOPICS_DDL,
     _PRODUCER_STATE_DDL.format(t=""),
     _UPLOAD_INTENTS_DDL,
+    *_TXN_DDL,
     *_INDEXES,
 )
 
@@ -324,7 +348,8 @@ class _ProducerStates:
                     producer = per_log.get(pid)
                     if producer is None or producer.epoch != epoch:
                         producer = per_log[pid] = _Producer(epoch)
-                    producer.append(base_seq, last_seq, base, last, append_time)
+                    if base_seq != NO_SEQUENCE:  # else a transaction marker: it sets the epoch only
+                        producer.append(base_seq, last_seq, base, last, append_time)
                     dirty.add(log_id)
             self.map, self.dirty, self.snapshot_at_ms = states, dirty, now_ms
         return self.map
@@ -431,6 +456,14 @@ def _migrate_v2(db: sqlite3.Connection) -> None:
     db.execute("UPDATE kcli_meta SET value = '3' WHERE key = 'schema_version'")
 
 
+def _migrate_v3(db: sqlite3.Connection) -> None:
+    """Schema 3 → 4 inside the caller's transaction: adds the transaction tables (empty: no
+    transactional batch could reach a diskless partition before)."""
+    for statement in _TXN_DDL:
+        db.execute(statement)
+    db.execute("UPDATE kcli_meta SET value = '4' WHERE key = 'schema_version'")
+
+
 def _migrate(db: sqlite3.Connection, version: int) -> None:
     """Every step from ``version`` to SCHEMA_VERSION, in the caller's transaction."""
     if version == 1:
@@ -438,6 +471,9 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
         version = 2
     if version == 2:
         _migrate_v2(db)
+        version = 3
+    if version == 3:
+        _migrate_v3(db)
 
 
 def _checkpoint_key(log_id: int) -> str:
@@ -792,9 +828,12 @@ class SqliteBatchCoordinator(BatchCoordinator):
                         update_logs: bool = True) -> tuple[int, int]:
         """Delete the log's batches (those with last_offset < ``below``, or all) and keep every
         derived size right: files' used size, per-topic live bytes, the log's byte size;
-        objects left empty are marked 'deleting'."""
+        objects left empty are marked 'deleting'. Aborted transactions that end below ``below``
+        go too: no fetch can overlap them any more (Kafka drops a .txnindex with its segment)."""
         where, params = ("log_id = ?", (log_id,)) if below is None else \
             ("log_id = ? AND last_offset < ?", (log_id, below))
+        if below is not None:
+            db.execute(f"DELETE FROM txn_aborted WHERE {where}", params)
         per_file = db.execute(
             f"SELECT file_id, SUM(byte_size), COUNT(*) FROM batches WHERE {where} GROUP BY file_id", params
         ).fetchall()
@@ -902,6 +941,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             log: _Log | None = None
             log_id = lso = hwm = log_bytes = 0
             per_log: dict[int, _Producer] = {}
+            txn_events: list[TxnEvent] = []
             for i, req in enumerate(batches):
                 tip = req.topic_id_partition
                 if tip is not prev_tip:
@@ -939,6 +979,25 @@ class SqliteBatchCoordinator(BatchCoordinator):
                         raise CoordinatorException(
                             f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
                     producer = per_log.get(pid)
+                    kind = req.transaction
+                    if kind >= TXN_COMMIT:  # a marker: no sequence; only the epoch is checked
+                        if producer is not None and epoch < producer.epoch:
+                            respond(response.of_error(INVALID_PRODUCER_EPOCH, req))
+                            continue
+                        if producer is None or epoch > producer.epoch:
+                            per_log[pid] = _Producer(epoch)
+                            dirty.add(log_id)
+                        base = hwm
+                        hwm = last = base + delta
+                        hwm += 1
+                        log_bytes += size
+                        add_row((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
+                                 req.message_timestamp_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE, batch_id))
+                        txn_events.append(TxnEvent(log_id, pid, kind, base))
+                        producer_batches += 1
+                        batch_id += 1
+                        respond(response(NONE, base, now, lso, False, req))
+                        continue
                     if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
                         # Not simply the next batch of a clean sequence (see _Producer): Kafka's checks.
                         verdict = self._check_producer(producer, req)
@@ -961,6 +1020,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     producer.append(base_seq, last_seq, base, last, now)
                     dirty.add(log_id)
                     producer_batches += 1
+                    if kind:
+                        txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
                 else:
                     base = hwm
                     hwm = last = base + delta
@@ -975,6 +1036,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 log.high_watermark, log.byte_size = hwm, log_bytes
             if rows:
                 db.executemany(_INSERT_BATCH, rows)
+            if txn_events:
+                self._apply_txn_events(db, txn_events)
             self._next_batch_id = batch_id
             # What this object added per log and per topic, from the logs' state before and after.
             log_updates, spans = [], []
@@ -1012,6 +1075,27 @@ class SqliteBatchCoordinator(BatchCoordinator):
         if self._checkpointer is not None:
             self._checkpointer.poke()
         return responses
+
+    @staticmethod
+    def _apply_txn_events(db: sqlite3.Connection, events: list[TxnEvent]) -> None:
+        """Open/close the transactions the commit's transactional batches and markers touch."""
+        stored: dict[tuple[int, int], int] = {}
+        for pair in {(e.log_id, e.producer_id) for e in events}:
+            row = db.execute("SELECT first_offset FROM txn_open WHERE log_id = ? AND producer_id = ?", pair).fetchone()
+            if row is not None:
+                stored[pair] = row[0]
+        changes = apply_events(stored, events)
+        db.executemany("DELETE FROM txn_open WHERE log_id = ? AND producer_id = ?", changes.deleted)
+        db.executemany("INSERT INTO txn_open (log_id, producer_id, first_offset) VALUES (?, ?, ?)",
+                       [(*pair, first) for pair, first in changes.inserted.items()])
+        db.executemany("INSERT OR REPLACE INTO txn_aborted (log_id, producer_id, first_offset, last_offset)"
+                       " VALUES (?, ?, ?, ?)", changes.aborted)
+
+    @staticmethod
+    def _stable_offset(db: sqlite3.Connection, log_id: int, hwm: int) -> int:
+        """The log's last stable offset: its earliest open transaction's first offset, else hwm."""
+        row = db.execute("SELECT MIN(first_offset) FROM txn_open WHERE log_id = ?", (log_id,)).fetchone()
+        return hwm if row[0] is None else min(row[0], hwm)
 
     def _cached_log(self, db: sqlite3.Connection, tip: object, object_key: str, index: int) -> _Log | None:
         """The write-path cache entry of a partition's log (None: unknown partition)."""
@@ -1069,14 +1153,16 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 if req.offset < lso or req.offset > hwm:
                     out.append(FindBatchResponse(OFFSET_OUT_OF_RANGE, [], lso, hwm))
                     continue
+                stable = self._stable_offset(db, log_id, hwm)
+                end = stable if req.read_committed else hwm
                 budget = min(req.max_partition_fetch_bytes, remaining)
                 found: list[BatchInfo] = []
-                if req.offset < hwm and (budget > 0 or min_one):
+                if req.offset < end and (budget > 0 or min_one):
                     taken = 0
                     cursor = db.execute(
                         f"SELECT {_BATCH_COLUMNS} FROM batches b JOIN files f ON f.file_id = b.file_id"
-                        " WHERE b.log_id = ? AND b.last_offset >= ? ORDER BY b.last_offset",
-                        (log_id, req.offset),
+                        " WHERE b.log_id = ? AND b.last_offset >= ? AND b.base_offset < ? ORDER BY b.last_offset",
+                        (log_id, req.offset, end),
                     )
                     for (batch_id, key, byte_offset, size, base, last, append_time, max_ts, ts_type,
                          pid, epoch, base_seq, last_seq) in cursor:
@@ -1092,7 +1178,13 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     if found:
                         min_one = False
                         remaining -= taken
-                out.append(FindBatchResponse(NONE, found, lso, hwm))
+                aborted: list[AbortedTransaction] = []
+                if req.read_committed and found:
+                    aborted = [AbortedTransaction(*r) for r in db.execute(
+                        "SELECT producer_id, first_offset, last_offset FROM txn_aborted WHERE log_id = ?"
+                        " AND last_offset >= ? AND first_offset <= ? ORDER BY first_offset",
+                        (log_id, req.offset, found[-1].metadata.last_offset))]
+                out.append(FindBatchResponse(NONE, found, lso, hwm, stable, aborted))
         finally:
             db.execute("COMMIT")
         return out
@@ -1119,7 +1211,8 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     # Diskless logs have no local/remote split: the earliest local offset is the earliest.
                     out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, lso))
                 elif ts == ListOffsetsRequest.LATEST_TIMESTAMP:
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, hwm))
+                    latest = self._stable_offset(db, log_id, hwm) if req.read_committed else hwm
+                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, latest))
                 elif ts == ListOffsetsRequest.LATEST_TIERED_TIMESTAMP:
                     out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))  # nothing tiered
                 elif ts == ListOffsetsRequest.MAX_TIMESTAMP:
@@ -1524,6 +1617,26 @@ class SqliteBatchCoordinator(BatchCoordinator):
             if row is not None:
                 db.execute("INSERT OR REPLACE INTO kcli_meta (key, value) VALUES (?, ?)",
                            (_checkpoint_key(row[0]), str(offset)))
+
+    @_guarded
+    def describe_producers(self, topic_id_partition: TopicIdPartition) -> list[ProducerInfo] | None:
+        tip = topic_id_partition
+        with self._tx() as db:  # loading the producers may replay batches: one consistent view
+            row = self._log_row(db, str(tip.topic_id), tip.partition)
+            if row is None:
+                return None
+            log_id = row[0]
+            producers = self._producers.loaded(db, self._clock()).get(log_id, {})
+            open_txns = dict(db.execute("SELECT producer_id, first_offset FROM txn_open WHERE log_id = ?", (log_id,)))
+        out = []
+        for pid in sorted(set(producers) | set(open_txns)):
+            producer = producers.get(pid)
+            batches = producer.batches if producer is not None else []
+            last = batches[-1] if batches else None
+            out.append(ProducerInfo(pid, producer.epoch if producer is not None else NO_PRODUCER_EPOCH,
+                                    last[1] if last else NO_SEQUENCE, last[4] if last else NO_TIMESTAMP,
+                                    open_txns.get(pid, UNKNOWN_OFFSET)))
+        return out
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:

@@ -48,7 +48,14 @@ def _transactions(b: Any, t: Any, idx: int, res: Any, offset: int,
                   read_committed: bool) -> tuple[int, list[dict[str, int]] | None]:
     """(last stable offset, aborted transactions of the returned range) for a partition answer:
     read_committed fetches get the aborted list (Kafka sends null for read_uncommitted)."""
-    lg = b.logs.get((t.name, idx)) if not b.is_diskless(t) else None
+    if b.is_diskless(t):  # the batch coordinator's answer, carried by the read result
+        lso = getattr(res, "last_stable_offset", -1)
+        lso = res.high_watermark if lso < 0 else lso
+        if not read_committed:
+            return lso, None
+        return lso, [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                     for a in getattr(res, "aborted_transactions", ())]
+    lg = b.logs.get((t.name, idx))
     if lg is None:
         return res.high_watermark, None
     lso = lg.last_stable_offset
@@ -91,7 +98,8 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
                 res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data,
-                                             **({"upper_bound": _lso(b, t, idx)} if read_committed else {}))
+                                             **({"upper_bound": _lso(b, t, idx), "read_committed": True}
+                                                if read_committed else {}))
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:

@@ -28,8 +28,11 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 continue
             try:
                 offset, ts = await b.list_offset(t, idx, int(rp.timestamp))
-                if int(rp.timestamp) == LATEST and read_committed and (lg := b.logs.get((t.name, idx))) is not None:
-                    offset = lg.last_stable_offset  # Kafka: the latest offset read_committed can see
+                if int(rp.timestamp) == LATEST and read_committed:  # Kafka: the latest offset it can see
+                    if b.is_diskless(t):
+                        offset = await b.diskless.last_stable_offset(t, idx)
+                    elif (lg := b.logs.get((t.name, idx))) is not None:
+                        offset = lg.last_stable_offset
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:

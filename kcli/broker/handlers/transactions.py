@@ -146,13 +146,30 @@ async def _pass_on(ctx: RequestContext, node: int, req: Any,
 # ---- admin: kafka-transactions.sh's APIs -------------------------------------------------------
 
 
+def _diskless(b: Any, topic: str, partition: int) -> Any:
+    """The topic when ``topic-partition`` is a diskless partition (any broker serves it), else None."""
+    t = b.topic(topic)
+    return t if t is not None and partition in t.partitions and b.is_diskless(t) else None
+
+
+async def _diskless_producers(b: Any, t: Any, partition: int) -> tuple[int, str | None, list[dict[str, Any]]]:
+    """DescribeProducers of a diskless partition: the batch coordinator keeps its producers."""
+    try:
+        producers = await b.diskless.describe_producers(t, partition)
+    except Exception as err:  # noqa: BLE001 - an error code in the response, never a dropped connection
+        code = getattr(err, "code", None)
+        return int(code if code is not None else ErrorCode.kafka_storage_error), str(err), []
+    return 0, None, [{"producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
+                      "last_sequence": p.last_sequence, "last_timestamp": p.last_timestamp,
+                      "coordinator_epoch": 0, "current_txn_start_offset": p.current_txn_start_offset}
+                     for p in producers]
+
+
 def _local_log(b: Any, topic: str, partition: int) -> tuple[int, str | None, Any]:
     """(error, message, log) of a classic partition hosted here."""
     t = b.topic(topic)
     if t is None or partition not in t.partitions:
         return int(ErrorCode.unknown_topic_or_partition), "This server does not host this topic-partition.", None
-    if b.is_diskless(t):
-        return int(ErrorCode.invalid_request), "transactions on diskless partitions are not supported yet", None
     lg = b.logs.get((topic, partition))
     if lg is None:
         return int(ErrorCode.not_leader_or_follower), f"Broker {b.node_id} does not host {topic}-{partition}", None
@@ -166,6 +183,11 @@ async def describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     for rt in req.topics:
         parts = []
         for idx in rt.partition_indexes:
+            if (t := _diskless(b, rt.name, int(idx))) is not None:
+                code, message, producers = await _diskless_producers(b, t, int(idx))
+                parts.append({"partition_index": int(idx), "error_code": code, "error_message": message,
+                              "active_producers": producers})
+                continue
             code, message, lg = _local_log(b, rt.name, int(idx))
             producers = []
             if lg is not None:
@@ -253,7 +275,7 @@ async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     parts.append({"partition_index": int(idx), "error_code": 0})
                     continue
                 code, _message, lg = _local_log(b, mt.name, int(idx))
-                if lg is not None:
+                if lg is not None or _diskless(b, mt.name, int(idx)) is not None:
                     code = await write_marker(b, mt.name, int(idx), bool(m.transaction_result), int(m.producer_id),
                                               int(m.producer_epoch), int(m.coordinator_epoch))
                 parts.append({"partition_index": int(idx), "error_code": code})
