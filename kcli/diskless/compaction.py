@@ -49,6 +49,7 @@ from kcli.records.batch import read_header
 from kcli.storage.cleaner import (
     MAP_ENTRY_OVERHEAD,
     CleanableRange,
+    CleanedTransactions,
     CleanResult,
     PartitionCleanerState,
     decode_records,
@@ -87,7 +88,8 @@ class LogSnapshot:
 
 def is_aborted(md: "BatchMetadata", aborted: tuple["AbortedTransaction", ...]) -> bool:
     """Whether a batch belongs to an aborted transaction: its records never count as the latest
-    of their key (Kafka's cleaner skips them when it maps keys). Markers are kept as they are."""
+    of their key (Kafka's cleaner skips them when it maps keys); the rewrite drops them
+    (storage.cleaner.CleanedTransactions)."""
     return md.producer_id >= 0 and any(
         a.producer_id == md.producer_id and a.first_offset <= md.base_offset <= a.last_offset for a in aborted)
 
@@ -240,10 +242,11 @@ class DisklessLogCleaner:
         offsets, result.end_offset = await self._offset_map(in_range, rng, config.segment_bytes, result, snap.aborted)
         todo = [b for b in in_range if b.metadata.last_offset < result.end_offset]
         loop = asyncio.get_running_loop()
+        txns = CleanedTransactions(snap.aborted)  # one per pass, from the log start, as the classic cleaner's
         for group in batch_groups(todo, config.segment_bytes):  # one rewritten object per group
             pieces = await self._read(group, result)
             await loop.run_in_executor(engine.io_pool, self._rewrite, tip, config, group, pieces, offsets, snap,
-                                       now_ms, result)
+                                       now_ms, result, txns)
             if result.aborted:
                 break
         if not result.aborted:
@@ -298,7 +301,7 @@ class DisklessLogCleaner:
 
     def _rewrite(self, tip: "TopicIdPartition", config: "LogConfig", batches: list["BatchInfo"],
                  pieces: list[bytes], offsets: dict[bytes, int], snap: LogSnapshot, now_ms: int,
-                 result: CleanResult) -> None:
+                 result: CleanResult, txns: CleanedTransactions | None = None) -> None:
         """Filter one group of batches, upload the survivors as one WAL object and swap it in
         (worker thread: the fault points sleep). Sets ``result.aborted`` when the swap was refused."""
         from plugins.coordinator.base import BatchMetadata
@@ -317,7 +320,7 @@ class DisklessLogCleaner:
         tail = snap.high_watermark - 1
         for b, piece in zip(batches, pieces):
             h = read_header(piece)
-            kept, verbatim = filter_batch(h, piece, offsets, producer_last, now_ms, horizon_new, result)
+            kept, verbatim = filter_batch(h, piece, offsets, producer_last, now_ms, horizon_new, result, txns)
             if kept is None and b.metadata.last_offset == tail:
                 # The log's last batch stays, empty: a consumer at an offset past every surviving
                 # record then still finds a batch that moves it to the high watermark (a classic
