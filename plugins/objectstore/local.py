@@ -120,13 +120,16 @@ class LocalObjectStorage(ObjectStorage):
         tmp = parent / f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
         with _uploading(tmp):  # the sweep of abandoned uploads never takes a live one
             created: list[Path] = []
-            for attempt in range(3):
+            for attempt in range(MKDIR_ATTEMPTS):
                 try:
-                    created += _makedirs(parent)
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+                    # Within this process the lock orders it against _remove_empty_parents; another
+                    # process sharing the directory (brokers over one file:// store) is why it retries.
+                    with _dirs_lock:
+                        created += _makedirs(parent)
+                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
                     break
                 except FileNotFoundError as err:  # a delete emptied and removed the directory meanwhile
-                    if attempt == 2:
+                    if attempt == MKDIR_ATTEMPTS - 1:
                         raise self._error("upload", key, err) from None
                 except OSError as err:
                     raise self._error("upload", key, err) from None
@@ -200,12 +203,13 @@ class LocalObjectStorage(ObjectStorage):
         behind). The root stays. An upload racing into a directory removed here retries its
         mkdir (see ``_upload``); a directory that is not empty simply stops the walk."""
         root = self.root
-        while directory != root and directory.is_relative_to(root):
-            try:
-                directory.rmdir()
-            except OSError:
-                return
-            directory = directory.parent
+        with _dirs_lock:
+            while directory != root and directory.is_relative_to(root):
+                try:
+                    directory.rmdir()
+                except OSError:
+                    return
+                directory = directory.parent
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         if prefix:
@@ -289,6 +293,9 @@ class LocalObjectStorage(ObjectStorage):
 # have their own). delete_abandoned_uploads skips them however long they have been idle.
 _uploads_in_progress: set[str] = set()
 _uploads_lock = threading.Lock()
+# Orders an upload's mkdir + create of its temporary file against the removal of empty directories.
+_dirs_lock = threading.Lock()
+MKDIR_ATTEMPTS = 10
 
 
 @contextmanager
