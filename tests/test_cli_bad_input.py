@@ -368,7 +368,7 @@ CASES: dict[str, list[Case]] = {
     "transactions describe-producers": [
         O("transactions", "describe-producers", "--topic", MISSING, "--partition", "0", needle="UNKNOWN_TOPIC_OR_PARTITION"),
         O("transactions", "describe-producers", "--topic", CLASSIC, "--partition", "-1", code=2, needle="--partition"),
-        O("transactions", "describe-producers", "--topic", DISKLESS, "--partition", "0", needle="diskless"),
+        O("transactions", "describe-producers", "--topic", CLASSIC, "--partition", "99", needle="UNKNOWN_TOPIC_OR_PARTITION"),
     ],
     "transactions abort": [
         O("transactions", "abort", "--topic", CLASSIC, "--partition", "0", code=2, needle="--start-offset"),
