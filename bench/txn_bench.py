@@ -1,4 +1,4 @@
-"""Transactional produce MB/s vs idempotent produce MB/s on one classic partition.
+"""Transactional produce MB/s vs idempotent produce MB/s on one classic (or diskless) partition.
 
 One producer (confluent-kafka, acks=all, 1 KiB values, linger.ms=5) sends ``--mib`` MiB to a
 fresh topic of a fresh kcli broker: once idempotent (enable.idempotence=true), once
@@ -7,7 +7,10 @@ commit_transaction). MB/s = bytes / time until the last delivery report (idempot
 commit returned (transactional); the measured wall time per transaction is printed too. ``--repeat`` alternating runs, the median of each.
 Target: transactional >= 0.8 x idempotent at one commit per 100 ms.
 
-Usage: python3 bench/txn_bench.py [--mib 64] [--commit-ms 100] [--repeat 3] [--quick] [--json]
+With ``--diskless`` both topics are diskless (WAL objects on the broker's local object store,
+the SQLite batch coordinator; markers are WAL objects too).
+
+Usage: python3 bench/txn_bench.py [--mib 64] [--commit-ms 100] [--repeat 3] [--quick] [--diskless] [--json]
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main() -> None:
     ap.add_argument("--commit-ms", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="16 MiB, 1 run")
+    ap.add_argument("--diskless", action="store_true", help="diskless topics instead of classic ones")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -93,8 +97,9 @@ def main() -> None:
     idem, txn, txn_ms = [], [], []
     with kcli_broker() as bootstrap:
         for i in range(args.repeat):
-            create_topic(bootstrap, f"idem-{i}", 1)
-            create_topic(bootstrap, f"txn-{i}", 1)
+            configs = {"diskless.enable": "true"} if args.diskless else None
+            create_topic(bootstrap, f"idem-{i}", 1, configs)
+            create_topic(bootstrap, f"txn-{i}", 1, configs)
             idem.append(idempotent(bootstrap, f"idem-{i}", count))
             mbs, n = transactional(bootstrap, f"txn-{i}", count, args.commit_ms)
             txn.append(mbs)
@@ -102,10 +107,11 @@ def main() -> None:
     i_med, t_med = statistics.median(idem), statistics.median(txn)
     ratio = t_med / i_med
     commit_ms = round(statistics.median(COMMIT_LATENCY) * 1000, 1)
-    out = {"commit_latency_ms_median": commit_ms, "mib": args.mib, "commit_ms": args.commit_ms, "idempotent_mb_s": round(i_med, 2),
+    out = {"topic": "diskless" if args.diskless else "classic", "commit_latency_ms_median": commit_ms, "mib": args.mib, "commit_ms": args.commit_ms, "idempotent_mb_s": round(i_med, 2),
            "transactional_mb_s": round(t_med, 2), "ratio": round(ratio, 3), "ms_per_transaction": txn_ms,
            "runs": {"idempotent": [round(x, 2) for x in idem], "transactional": [round(x, 2) for x in txn]}}
-    record(f"transactional produce, 1 commit / {args.commit_ms} ms (1 KiB, acks=all, 1 partition)", round(t_med, 2),
+    kind = "diskless " if args.diskless else ""
+    record(f"transactional produce, 1 commit / {args.commit_ms} ms (1 KiB, acks=all, 1 {kind}partition)", round(t_med, 2),
            peer=round(i_med, 2), peer_name="kcli idempotent", unit="MB/s", target=">= 0.8 x idempotent")
     if args.json:
         print(json.dumps(out))

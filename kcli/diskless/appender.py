@@ -251,21 +251,25 @@ class Appender:
         buf.pending.append(_Pending(fut, tip, partition, indices, log_append_time, time.monotonic(), records, spans))
         self.metrics.inc("diskless.append.requests")
         self.metrics.inc("diskless.append.bytes", len(records))
-        if builder.size >= self.max_bytes:
+        if builder.size >= self.max_bytes or marker:
+            # A marker ends a transaction (EndTxn waits for it, as the next transaction does):
+            # Kafka writes it at once, so its object goes now instead of after the interval.
             self._close_buffer()
         return fut
 
     def _fenced(self, tip: "TopicIdPartition", records: bytes | bytearray | memoryview,
                 spans: list[tuple[int, int]]) -> bool:
         """Whether a batch of these records comes after a failed, not yet retried one of its
-        producer. The retry itself (the failed base sequence) lifts the fence; so does a new epoch."""
+        producer: same epoch, a higher base sequence. Anything else lifts the fence: the retry
+        itself (the failed base sequence), a sequence reset to 0, a new epoch, or a transaction
+        marker (sequence -1: the transaction holding the failed batch ended)."""
         now = time.monotonic()
         for pid, epoch, base_seq in _producer_batches(records, spans):
             fence = self._fences.get((tip, pid))
             if fence is None:
                 continue
             f_epoch, f_seq, at = fence
-            if epoch != f_epoch or base_seq == f_seq or now - at > FENCE_TTL_S:
+            if epoch != f_epoch or base_seq <= f_seq or now - at > FENCE_TTL_S:
                 del self._fences[(tip, pid)]
                 continue
             return True
