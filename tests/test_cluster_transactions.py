@@ -241,3 +241,38 @@ def test_transaction_survives_kill9_of_its_coordinator(broker_factory, pg_databa
     assert read(b[2].bootstrap, "kx", 2, "read_committed", expected=len(want)) == sorted(want)
     assert read(b[1].bootstrap, "kx", 2, "read_uncommitted", expected=16) == sorted(
         [b"A%d" % i for i in range(6)] + [b"B%d" % i for i in range(6)] + [b"C%d" % i for i in range(4)])
+
+
+def test_transaction_over_diskless_and_classic_partitions_in_a_cluster(broker_factory, pg_database,  # noqa: F811
+                                                                        tmp_path) -> None:
+    """A transaction coordinated by node 1 over a diskless topic (its markers are WAL objects the
+    coordinator's broker commits through the shared batch coordinator) and a classic partition
+    hosted by node 2 (its marker goes there as WriteTxnMarkers): read_committed sees exactly the
+    committed records through either broker."""
+    objects = tmp_path / "objects"
+    b = {n: cluster(broker_factory, pg_database, n, objects) for n in (1, 2)}
+    for x in b.values():
+        wait_for(lambda x=x: set(brokers_of(x.bootstrap)) == {1, 2}, 10, "two brokers")
+    admin = AdminClient({"bootstrap.servers": b[1].bootstrap})
+    admin.create_topics([NewTopic("dtx", 2, 1, config={"diskless.enable": "true"})])["dtx"].result(15)
+    create(b[1].bootstrap, "ctx", [[2]])
+    tid = txn_id_for([1, 2], 1, "dtx-app")
+    p = txn_producer(b[2].bootstrap, tid)
+    p.begin_transaction()
+    put(p, "dtx", b"c", 6)
+    p.produce("ctx", value=b"c-classic", partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    put(p, "dtx", b"a", 4)
+    p.produce("ctx", value=b"a-classic", partition=0)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    put(p, "dtx", b"z", 2)
+    p.commit_transaction(30)
+    committed = sorted([b"c%d" % i for i in range(6)] + [b"z0", b"z1"])
+    for x in b.values():
+        assert read(x.bootstrap, "dtx", 2, "read_committed", expected=8) == committed
+    assert read(b[1].bootstrap, "dtx", 2, "read_uncommitted", expected=12) == sorted(
+        committed + [b"a%d" % i for i in range(4)])
+    assert read(b[1].bootstrap, "ctx", 1, "read_committed", expected=1) == [b"c-classic"]
