@@ -739,3 +739,33 @@ def test_every_api_has_an_authorization_check():
 
     unchecked = sorted(h.name for k, h in load_all_handlers().items() if k not in GATES and k not in OPEN_APIS)
     assert not unchecked, f"APIs without an authorization check (kcli/broker/authz.py register_gate): {unchecked}"
+
+
+def test_the_inter_broker_client_id_alone_grants_no_shortcut(authz_broker):
+    """A broker passes on a committed transaction's offsets with an OffsetCommit that skips the
+    membership check; a client naming itself like a broker gets that only with ClusterAction."""
+    from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID
+
+    bs = authz_broker.bootstrap
+    allow(bs, "User:carol", AclOperation.READ, ResourceType.TOPIC, "orders")
+    allow(bs, "User:carol", AclOperation.READ, ResourceType.GROUP, "live-group")
+    produce_errors(bs, "admin", "orders")
+    member = Consumer({**conf(bs, "admin"), "group.id": "live-group", "auto.offset.reset": "earliest"})
+    member.subscribe(["orders"])
+    wait_until(lambda: member.poll(0.5) is not None or member.assignment(), 30, what="a member in the group")
+
+    def commit_as(user: str) -> int:
+        with WireClient(bs, client_id=INTER_BROKER_CLIENT_ID) as c:
+            login(c, user)
+            r = c.request(8, 8, {"group_id": "live-group", "generation_id_or_member_epoch": -1, "member_id": "",
+                                 "group_instance_id": None,
+                                 "topics": [{"name": "orders", "partitions": [
+                                     {"partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1,
+                                      "committed_metadata": ""}]}]})
+        return int(r.topics[0].partitions[0].error_code)
+
+    try:
+        assert commit_as("carol") != 0, "a client without ClusterAction skipped the membership check"
+        assert commit_as("admin") == 0  # a super user holds ClusterAction: the broker path
+    finally:
+        member.close()

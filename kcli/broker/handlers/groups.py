@@ -15,7 +15,7 @@ from typing import Any
 
 from kcli.broker import groups as g
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID
+from kcli.broker.interbroker import from_a_broker
 
 INVALID_REQUEST = 42
 UNSTABLE_OFFSET_COMMIT = 88
@@ -207,7 +207,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
                     metadata=p.committed_metadata or "",
                 )
-    if coord is not None and wanted and ctx.client_id == INTER_BROKER_CLIENT_ID:
+    if coord is not None and wanted and from_a_broker(ctx):
         # A committed transaction's offsets, from its coordinator on another broker: the
         # membership was checked here when TxnOffsetCommit arrived (kcli/broker/transactions.py).
         try:

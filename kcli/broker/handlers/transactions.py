@@ -13,7 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, request as inter_broker_request
+from kcli.broker.interbroker import InterBrokerError, from_a_broker, request as inter_broker_request
 
 
 def _fenced_for(code: int, version: int, first_version: int) -> int:
@@ -102,7 +102,7 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
             else:
                 wanted[tp] = (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                               p.committed_metadata or "")
-    passed_on = ctx.client_id == INTER_BROKER_CLIENT_ID
+    passed_on = from_a_broker(ctx)
     group_err = 0
     if coord is None or b.groups is None:
         group_err = int(ErrorCode.coordinator_not_available)
