@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.brokerproc import BrokerProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a non-interactive shell inherits SIGINT ignored, and so
+    would every process it starts (an ignored signal survives exec): the Ctrl-C tests would then
+    wait in vain. Python's own handler is not inherited, so the processes started get the default."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -281,8 +281,9 @@ def test_disable_retain_then_reenable_with_new_epoch(broker_factory, cli_env):  
 
     a = admin(b.bootstrap)  # deleting the topic deletes its remote data (both epochs) too
     a.delete_topics(["retained"])["retained"].result(20)
-    wait_until("remote data of the deleted topic to go", lambda: not remote_files(b.data_dir))
-    assert remote_segments(b.data_dir, (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)) == []
+    # the files go first, then each segment's DELETE_SEGMENT_FINISHED record: wait for both
+    wait_until("remote data of the deleted topic to go", lambda: not remote_files(b.data_dir) and remote_segments(
+        b.data_dir, (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)) == [])
 
 
 def test_disable_delete_in_progress_error_and_bad_policy(broker_factory, cli_env):  # noqa: F811
