@@ -474,3 +474,40 @@ def test_metadata_store_persists_and_drops_torn_tail(tmp_path):
     assert again.highest_offset(tid, 0) == 29 and again.segment_for_offset(tid, 0, 15).start_offset == 10
     assert again.segment_for_offset(tid, 0, 3).start_offset == 10  # falls forward over a gap
     again.close()
+
+
+def test_read_committed_from_the_remote_tier_skips_aborted_records_across_a_restart(broker_factory):
+    """A segment's transaction index is copied with it (Kafka's LogSegmentData.transactionIndex)
+    and read back for remote fetches: after a restart the log's own aborted list only covers the
+    local segments it replayed, so without the remote index a read_committed consumer reading the
+    tiered part would get the aborted records (confluent-kafka and kafka-python)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    from tests.test_transactions import read
+
+    b = broker_factory(TIERED_BROKER)
+    create_topic(b.bootstrap, "ttxn", 1, TIERED_TOPIC)
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "ttxn-app", "linger.ms": 2,
+                  "batch.size": 4000})
+    p.init_transactions(30)
+    for kind, commit in ((b"aborted", False), (b"committed", True)):
+        p.begin_transaction()
+        for i in range(50):
+            p.produce("ttxn", kind + b"-%03d-" % i + b"x" * 80)
+        p.flush(30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    fill(b.bootstrap, "ttxn", 0, 800)  # rolls segments; local retention drops the transactions' ones
+    wait_until("the transactions' segments to be remote only", lambda: list_offset(b.bootstrap, "ttxn", -4) > 110)
+    assert any(f.name.endswith(".txnindex") for f in remote_files(b.data_dir)), "the transaction index was not copied"
+    b.restart()
+    values = read(b.bootstrap, "ttxn", 1, "read_committed", expected=850)
+    assert len(values) == 850 and not [v for v in values if v.startswith(b"aborted")]
+    assert len([v for v in read(b.bootstrap, "ttxn", 1, "read_uncommitted", expected=900)]) == 900
+    kc = KafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                       consumer_timeout_ms=5000)
+    kc.assign([KTP("ttxn", 0)])
+    kc.seek_to_beginning()
+    seen = [m.value for m in kc]
+    kc.close()
+    assert len(seen) == 850 and not [v for v in seen if v.startswith(b"aborted")]

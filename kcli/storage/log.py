@@ -64,7 +64,7 @@ from kcli.storage.errors import (
 from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
 from kcli.storage.log_config import LogConfig
 from kcli.storage.producer_state import ProducerStateManager
-from kcli.storage.txn_state import AbortedTxn, PartitionTxnState
+from kcli.storage.txn_state import TXN_ENTRY, AbortedTxn, PartitionTxnState
 from kcli.records.control import COMMIT, control_type
 from kcli.storage.segment import (
     INDEX_SUFFIX,
@@ -131,6 +131,9 @@ class ReadResult:
     next_offset: int  # the offset after the last returned batch (the fetch offset if empty)
     segment_base_offset: int = -1  # where the bytes came from (for sendfile-style readers)
     position: int = -1
+    # Read from the remote tier: the aborted transactions its transaction indexes hold for the range
+    # (the log's own list only has those of local segments once a restart replayed them).
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1032,7 +1035,7 @@ def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
         raise LogError(INVALID_RECORD, "transactional batch without a producer id")
 
 
-_TXN_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producerId, first, last, lastStable
+_TXN_ENTRY = TXN_ENTRY
 
 
 def _txn_entry(a: AbortedTxn) -> bytes:

@@ -79,6 +79,7 @@ class SegmentInfo:
     index_path: Path
     timeindex_path: Path
     is_active: bool
+    txnindex_path: Path | None = None  # aborted transactions whose marker is in the segment, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +493,7 @@ class Segment:
             self.index_path,
             self.timeindex_path,
             is_active,
+            self.txnindex_path,
         )
 
     def close(self) -> None:

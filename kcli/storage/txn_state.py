@@ -10,8 +10,11 @@ by replaying batch headers on open, so nothing here touches files.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from dataclasses import dataclass
+
+TXN_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn in a .txnindex: version, producerId, first, last, lastStable
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +72,11 @@ class PartitionTxnState:
         self.ongoing.clear()
         self.aborted.clear()
         self._last_offsets.clear()
+
+
+def parse_txn_index(data: bytes) -> list[AbortedTxn]:
+    """The entries of a .txnindex (a torn last entry is ignored)."""
+    size = TXN_ENTRY.size
+    return [AbortedTxn(pid, first, last, lso)
+            for _version, pid, first, last, lso in (TXN_ENTRY.unpack_from(data, i)
+                                                    for i in range(0, len(data) - size + 1, size))]

@@ -54,6 +54,7 @@ from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError, OffsetOutOfRange
 from kcli.storage.index import OffsetIndex, TimeIndex
 from kcli.storage.log import ReadResult
 from kcli.storage.segment import iter_record_timestamps
+from kcli.storage.txn_state import AbortedTxn, parse_txn_index
 from kcli.tiered import disable as kip950
 from kcli.tiered.metadata import RemoteLogMetadata
 from plugins.rsm.base import (
@@ -80,6 +81,14 @@ LIVE = (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTE
 RSM_CONFIG_PREFIX = "remote.log.storage.manager.impl."
 _READ_CHUNK = 64 * 1024
 _INDEX_CACHE_ENTRIES = 1024
+_TXN_SCAN_SEGMENTS = 1000  # remote transaction indexes one read looks through at most
+
+
+def _nonempty(path: "os.PathLike[str]") -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _now_ms() -> int:
@@ -370,8 +379,9 @@ class RemoteLogManager(BrokerExtension):
             RemoteLogSegmentId.generate(t.topic_id, t.name, partition), seg.base_offset, seg.next_offset - 1,
             seg.max_timestamp, self.broker.node_id, _now_ms(), seg.size, S.COPY_SEGMENT_STARTED,
             t.tiered_epoch, {leader_epoch: seg.base_offset})
+        txnindex = seg.txnindex_path if seg.txnindex_path is not None and _nonempty(seg.txnindex_path) else None
         data = LogSegmentData(seg.log_path, seg.index_path, seg.timeindex_path,
-                              leader_epoch_checkpoint(leader_epoch, seg.base_offset))
+                              leader_epoch_checkpoint(leader_epoch, seg.base_offset), transaction_index=txnindex)
         self.metadata.add_copy_started(md)
         try:
             await self._rsm_call(self.rsm.copy_log_segment_data, md, data)
@@ -563,7 +573,55 @@ class RemoteLogManager(BrokerExtension):
             raise LogError(KAFKA_STORAGE_ERROR, f"reading remote segment {md.start_offset} of "
                                                 f"{t.name}-{partition}: {err}") from None
         self.broker.metrics.inc("tiered.remote.fetch.bytes", len(records))
-        return ReadResult(records, lg.high_watermark, lg.log_start_offset, lg.log_end_offset, next_offset)
+        aborted: tuple[AbortedTxn, ...] = ()
+        if records:
+            try:
+                aborted = await self._rsm_call(self._remote_aborted, t, partition, md, offset, next_offset,
+                                               lg.local_log_start_offset)
+            except RemoteStorageException as err:  # a read_committed client must not get aborted records
+                raise LogError(KAFKA_STORAGE_ERROR, f"reading the transaction index of remote segment "
+                                                    f"{md.start_offset} of {t.name}-{partition}: {err}") from None
+        return ReadResult(records, lg.high_watermark, lg.log_start_offset, lg.log_end_offset, next_offset,
+                          aborted_transactions=aborted)
+
+    def _remote_aborted(self, t: "TopicState", partition: int, md: RemoteLogSegmentMetadata, start: int,
+                        upper: int, local_start: int) -> tuple[AbortedTxn, ...]:
+        """Kafka's RemoteLogManager.collectAbortedTransactions: the aborted transactions overlapping
+        ``start..upper-1`` from the transaction indexes of ``md`` and the remote segments after it
+        (an ABORT marker can lie in a later segment than the data it aborts), until an entry's last
+        stable offset reaches ``upper`` (no transaction open before ``upper`` is left to find) or
+        the local segments begin (the log's own list covers those). Worker thread."""
+        found: list[AbortedTxn] = []
+        later = [m for m in self.metadata.segments(t.topic_id, partition)
+                 if md.start_offset <= m.start_offset < local_start]
+        for seg in sorted(later, key=lambda m: m.start_offset)[:_TXN_SCAN_SEGMENTS]:
+            complete = False
+            for a in self._txn_entries(seg):
+                if a.last_offset >= start and a.first_offset < upper:
+                    found.append(a)
+                complete = complete or a.last_stable_offset >= upper
+            if complete:
+                break
+        return tuple(found)
+
+    def _txn_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        """A remote segment's transaction index (cached; none uploaded: no entries)."""
+        key = (md.segment_id.id, IndexType.TRANSACTION)
+        with self._index_lock:
+            cached = self._index_cache.get(key)
+            if cached is not None:
+                self._index_cache.move_to_end(key)
+                return cached  # type: ignore[return-value]
+        assert self.rsm is not None
+        try:
+            entries = parse_txn_index(self.rsm.fetch_index(md, IndexType.TRANSACTION))
+        except RemoteResourceNotFoundException:
+            entries = []
+        with self._index_lock:
+            self._index_cache[key] = entries  # type: ignore[assignment]
+            while len(self._index_cache) > _INDEX_CACHE_ENTRIES:
+                self._index_cache.popitem(last=False)
+        return entries
 
     def _index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> tuple[array, array]:
         key = (md.segment_id.id, index_type)

@@ -103,7 +103,8 @@ class IndexType(str, enum.Enum):
 @dataclass(frozen=True, slots=True)
 class LogSegmentData:
     """The local files of a rolled segment (Kafka's LogSegmentData). kcli keeps producer state
-    in memory and writes no transaction index, so those two are optional here."""
+    in memory (no snapshot); a segment in which no aborted transaction ended has no transaction
+    index. Both are optional here."""
 
     log_segment: Path
     offset_index: Path

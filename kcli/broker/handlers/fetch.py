@@ -62,8 +62,12 @@ def _transactions(b: Any, t: Any, idx: int, res: Any, offset: int,
     if not read_committed:
         return lso, None
     end = getattr(res, "next_offset", offset)
-    return lso, [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                 for a in lg.aborted_transactions(offset, end)]
+    # A remote-tier read brings the entries of its transaction indexes: after a restart the log's
+    # own list holds only those of the local segments it replayed.
+    seen: dict[tuple[int, int], None] = {}
+    for a in (*getattr(res, "aborted_transactions", ()), *lg.aborted_transactions(offset, end)):
+        seen.setdefault((a.producer_id, a.first_offset), None)
+    return lso, [{"producer_id": pid, "first_offset": first} for pid, first in sorted(seen, key=lambda k: k[1])]
 
 
 async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
