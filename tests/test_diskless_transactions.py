@@ -17,6 +17,7 @@ from tests.kafka_helpers import create_topic, produce
 from tests.test_transactions import (
     _run_ctp_with_kills,
     check_commit_and_abort,
+    check_kafka_python_commit_and_abort,
     check_send_offsets,
     read,
     txn_producer,
@@ -74,28 +75,9 @@ def test_send_offsets_with_a_diskless_input_topic(broker_factory) -> None:
 
 
 def test_kafka_python_on_a_diskless_topic(broker_factory) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
     b = broker_factory(FAST)
     create_topic(b.bootstrap, "dkp", 1, DISKLESS)
-    p = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id="t-dkp")
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("dkp", b"k1")
-    p.commit_transaction()
-    p.begin_transaction()
-    p.send("dkp", b"k-aborted")
-    p.flush()
-    p.abort_transaction()
-    p.begin_transaction()
-    p.send("dkp", b"k2")
-    p.commit_transaction()
-    p.close()
-    for isolation, want in (("read_committed", [b"k1", b"k2"]), ("read_uncommitted", [b"k-aborted", b"k1", b"k2"])):
-        c = KafkaConsumer("dkp", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
-                          isolation_level=isolation, consumer_timeout_ms=4000)
-        assert sorted(m.value for m in c) == want
-        c.close()
+    check_kafka_python_commit_and_abort(b.bootstrap, "dkp")
 
 
 def test_kill9_with_an_open_diskless_transaction_is_aborted_after_restart(broker_factory) -> None:
