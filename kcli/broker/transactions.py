@@ -416,10 +416,13 @@ class TransactionCoordinator:
         for tid in await self.store.orphans():
             if self.coordinator_of(tid) != me:
                 continue
-            if tid in self._loaded:
-                async with self._lock(tid):
-                    self._release(tid, "another broker claimed it")
-            await self.route(tid)
+            try:  # one id that cannot be taken over does not hold back the others
+                if tid in self._loaded:
+                    async with self._lock(tid):
+                        self._release(tid, "another broker claimed it")
+                await self.route(tid)
+            except Exception as err:  # noqa: BLE001 - retried at the next check
+                log.warning("transactional id %s: taking it over failed (next check retries): %s", tid, err)
 
     async def _ownership_loop(self) -> None:
         while self.active:
