@@ -60,7 +60,7 @@ from kcli.storage.cleaner import (
 if TYPE_CHECKING:
     from kcli.broker.metadata_log import TopicState
     from kcli.storage.log_config import LogConfig
-    from plugins.coordinator.base import AbortedTransaction, BatchInfo, BatchMetadata, TopicIdPartition
+    from plugins.coordinator.base import AbortedTransaction, BatchInfo, TopicIdPartition
 
 log = logging.getLogger("kcli.diskless.compaction")
 
@@ -84,14 +84,6 @@ class LogSnapshot:
     @property
     def stable_end(self) -> int:
         return self.high_watermark if self.last_stable_offset < 0 else min(self.last_stable_offset, self.high_watermark)
-
-
-def is_aborted(md: "BatchMetadata", aborted: tuple["AbortedTransaction", ...]) -> bool:
-    """Whether a batch belongs to an aborted transaction: its records never count as the latest
-    of their key (Kafka's cleaner skips them when it maps keys); the rewrite drops them
-    (storage.cleaner.CleanedTransactions)."""
-    return md.producer_id >= 0 and any(
-        a.producer_id == md.producer_id and a.first_offset <= md.base_offset <= a.last_offset for a in aborted)
 
 
 def cleanable_range(snap: LogSnapshot, min_lag_ms: int, max_lag_ms: int, now_ms: int) -> CleanableRange:
@@ -273,24 +265,25 @@ class DisklessLogCleaner:
         cost ``max_map_bytes`` (at least one batch is mapped): (key → latest offset, the pass's end)."""
         offsets: dict[bytes, int] = {}
         cost, end, full = 0, rng.first_dirty, False
+        txns = CleanedTransactions(aborted)  # aborted records never count as the latest of their key
         loop = asyncio.get_running_loop()
         for group in batch_groups([b for b in batches if b.metadata.last_offset >= rng.first_dirty], group_bytes):
             pieces = await self._read(group, result)
             cost, end, full = await loop.run_in_executor(self.engine.io_pool, self._map_group, offsets, group,
-                                                         pieces, rng.first_dirty, cost, end, aborted)
+                                                         pieces, rng.first_dirty, cost, end, txns)
             if full:
                 break
         return offsets, end
 
     def _map_group(self, offsets: dict[bytes, int], group: list["BatchInfo"], pieces: list[bytes],
-                   first_dirty: int, cost: int, end: int,
-                   aborted: tuple["AbortedTransaction", ...] = ()) -> tuple[int, int, bool]:
+                   first_dirty: int, cost: int, end: int, txns: CleanedTransactions) -> tuple[int, int, bool]:
         """Add one group's keys to the map (worker thread: decoding is CPU); returns (cost, end,
         whether the map is full)."""
         for b, piece in zip(group, pieces):
             if offsets and cost >= self.max_map_bytes:
                 return cost, end, True
-            if not read_header(piece).is_control and not is_aborted(b.metadata, aborted):
+            h = read_header(piece)
+            if not h.is_control and not txns.is_aborted(h):
                 for rec in decode_records(piece):
                     if rec.key is not None and rec.offset >= first_dirty:
                         if rec.key not in offsets:
