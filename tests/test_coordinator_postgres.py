@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from plugins.coordinator import open_coordinator
 from plugins.coordinator.base import (
+    BatchMetadata,
     CommitBatchRequest,
     CoordinatorException,
     CreateTopicAndPartitionsRequest,
@@ -32,15 +33,19 @@ from plugins.coordinator.base import (
     DeleteRecordsRequest,
     INVALID_PRODUCER_EPOCH,
     FindBatchRequest,
+    ListOffsetsRequest,
     RetentionRequest,
     TXN_ABORT,
     TopicIdPartition,
 )
 from plugins.coordinator.postgresql import (
+    BATCH_INDEX_BITS,
     MIGRATION_LOCK_KEY,
+    MIGRATIONS,
     SCHEMA_VERSION,
     PostgresBatchCoordinator,
     _PackedProducer,
+    _RUN_ENTRY,
 )
 from plugins.coordinator.sqlite import _Producer
 from tests.diskless_helpers import DISKLESS, FAST
@@ -160,33 +165,51 @@ def test_idempotent_producer_moving_between_brokers_stays_exact(pg_database: str
     b.close()
 
 
+def stored_batches(raw: psycopg.Connection) -> list[tuple]:
+    """Every stored batch as (log_id, file_id, run base, run last, batch entry), from the runs."""
+    out = []
+    for log_id, file_id, base, last, count, size, max_ts, blob in raw.execute(
+            "SELECT log_id, file_id, base_offset, last_offset, batch_count, byte_size, max_timestamp, batches"
+            " FROM batch_runs ORDER BY log_id, last_offset").fetchall():
+        entries = list(_RUN_ENTRY.iter_unpack(blob))
+        assert len(entries) == count and entries, "a run's count must match its entries"
+        assert (entries[0][1], entries[-1][2], sum(e[4] for e in entries)) == (base, last, size)
+        assert max_ts == max(e[5] if e[7] == 1 else e[6] for e in entries)
+        out.extend((log_id, file_id, base, last, e) for e in entries)
+    return out
+
+
 def check_invariants(url: str) -> None:
     """What every committed state must satisfy, read straight from the database."""
     with psycopg.connect(url, connect_timeout=10) as raw:
+        stored = stored_batches(raw)
+        by_log: dict[int, list[tuple]] = {}
+        for log_id, _fid, _b, _l, e in stored:
+            by_log.setdefault(log_id, []).append(e)
         for log_id, lso, hwm, size in raw.execute(
                 "SELECT log_id, log_start_offset, high_watermark, byte_size FROM logs").fetchall():
-            rows = raw.execute("SELECT base_offset, last_offset, byte_size FROM batches WHERE log_id = %s"
-                               " ORDER BY last_offset", (log_id,)).fetchall()
-            assert size == sum(r[2] for r in rows)
+            rows = by_log.pop(log_id, [])  # (id, base, last, byte offset, size, ...) in offset order
+            assert size == sum(r[4] for r in rows)
             for prev, nxt in zip(rows, rows[1:]):
-                assert nxt[0] == prev[1] + 1, "offsets must be gapless"
+                assert nxt[1] == prev[2] + 1, "offsets must be gapless"
             if rows:
-                assert rows[-1][1] == hwm - 1 and rows[0][0] <= lso <= rows[0][1]
+                assert rows[-1][2] == hwm - 1 and rows[0][1] <= lso <= rows[0][2]
             else:
                 assert lso == hwm
-        assert raw.execute(
-            "SELECT count(*) FROM files f WHERE used_size != (SELECT coalesce(sum(byte_size), 0) FROM batches b"
-            " WHERE b.file_id = f.file_id)").fetchone()[0] == 0, "used_size must equal the live batch bytes"
+        assert by_log == {}, "every run must belong to a log"
+        per_file: dict[int, int] = {}
+        for _log, fid, _b, _l, e in stored:
+            per_file[fid] = per_file.get(fid, 0) + e[4]
+        for file_id, used in raw.execute("SELECT file_id, used_size FROM files").fetchall():
+            assert used == per_file.pop(file_id, 0), "used_size must equal the live batch bytes"
+        assert per_file == {}, "every run must belong to a file"
         assert raw.execute("SELECT count(*) FROM files WHERE used_size = 0 AND state = 'uploaded'").fetchone()[0] == 0
         assert raw.execute(
-            "SELECT count(*) FROM batches b WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.file_id = b.file_id)"
-            " OR NOT EXISTS (SELECT 1 FROM logs l WHERE l.log_id = b.log_id)").fetchone()[0] == 0
-        assert raw.execute(
-            "SELECT count(*) FROM file_topics ft WHERE live_bytes != (SELECT coalesce(sum(b.byte_size), 0)"
-            " FROM batches b JOIN logs l ON l.log_id = b.log_id WHERE b.file_id = ft.file_id"
+            "SELECT count(*) FROM file_topics ft WHERE live_bytes != (SELECT coalesce(sum(r.byte_size), 0)"
+            " FROM batch_runs r JOIN logs l ON l.log_id = r.log_id WHERE r.file_id = ft.file_id"
             " AND l.topic_id = ft.topic_id)").fetchone()[0] == 0
-        count, distinct = raw.execute("SELECT count(*), count(DISTINCT batch_id) FROM batches").fetchone()
-        assert count == distinct
+        ids = [e[0] for *_, e in stored]
+        assert len(ids) == len(set(ids)), "batch ids must be unique"
 
 
 @pytest.fixture(scope="module")
@@ -413,28 +436,137 @@ def test_a_migration_that_cannot_get_its_lock_gives_up_in_bounded_time(pg_databa
     PostgresBatchCoordinator(pg_database).close()  # the lock gone, the migration runs
 
 
-def test_version_1_database_is_migrated_to_2_and_keeps_everything(pg_database: str) -> None:
-    c = PostgresBatchCoordinator(pg_database)
-    (tip,) = new_topic(c, 1)
-    c.commit_file("wal/a", 1, 1000, [batch(tip, 0), batch(tip, 1, pid=5, epoch=0, seq=0)])
-    c.close()
-    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:  # what schema 1 left
-        raw.execute("DROP TABLE txn_open")
-        raw.execute("DROP TABLE txn_aborted")
-        raw.execute("DELETE FROM schema_version WHERE version = 2")
-    with pytest.raises(CoordinatorException, match="schema version 1, this kcli understands 2"):
+@pytest.mark.parametrize("old_version", [1, 2])
+def test_old_database_is_migrated_and_keeps_every_batch(pg_database: str, old_version: int) -> None:
+    """A database an older kcli wrote (one row per batch) opens as version 3: each old batch
+    becomes a run of one, with its fields and a distinct id, and commits go on after it."""
+    topic = uuid.uuid4()
+    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:
+        with raw.transaction():
+            raw.execute("CREATE TABLE schema_version (version integer PRIMARY KEY,"
+                        " applied_at timestamptz NOT NULL DEFAULT now())")
+            for version in range(1, old_version + 1):
+                for statement in MIGRATIONS[version - 1]:
+                    raw.execute(statement)
+                raw.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+        # what the old commit path left: partition 0 with three batches in two objects
+        log_id = raw.execute("INSERT INTO logs (topic_id, partition, topic_name, high_watermark, byte_size)"
+                             " VALUES (%s, 0, 'old', 9, 300) RETURNING log_id", (topic,)).fetchone()[0]
+        files = [raw.execute("INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at)"
+                             " VALUES (%s, 1, 1000, %s, 'uploaded', %s) RETURNING file_id",
+                             (key, used, T0)).fetchone()[0] for key, used in (("wal/old-a", 200), ("wal/old-b", 100))]
+        for i, (file_id, ts_type, pid, seq) in enumerate(((files[0], 0, -1, -1), (files[0], 1, 7, 0),
+                                                           (files[1], 0, 7, 3))):
+            raw.execute(
+                "INSERT INTO batches (log_id, last_offset, base_offset, file_id, byte_offset, byte_size,"
+                " log_append_time, batch_max_timestamp, timestamp_type, producer_id, producer_epoch,"
+                " base_sequence, last_sequence) VALUES (%s, %s, %s, %s, %s, 100, %s, %s, %s, %s, %s, %s, %s)",
+                (log_id, 3 * i + 2, 3 * i, file_id, 1 + 100 * i, T0 + i, T0 - i, ts_type, pid,
+                 0 if pid >= 0 else -1, seq, seq + 2 if seq >= 0 else -1))
+        for file_id, used in zip(files, (200, 100)):
+            raw.execute("INSERT INTO file_topics VALUES (%s, %s, 'old', %s, %s)", (file_id, topic, used, used))
+    with pytest.raises(CoordinatorException,
+                       match=f"schema version {old_version}, this kcli understands {SCHEMA_VERSION}"):
         PostgresBatchCoordinator(pg_database, read_only=True)  # inspection never migrates
     c = PostgresBatchCoordinator(pg_database)
-    (resp,) = c.find_batches([FindBatchRequest(tip, 0, 1 << 20, read_committed=True)], 1 << 20)
-    assert (resp.high_watermark, resp.last_stable_offset, len(resp.batches)) == (6, 6, 2)
-    marker = CommitBatchRequest(0, tip, 1, 100, 0, 0, T0, 0, 5, 0, -1, -1, TXN_ABORT)
-    (r,) = c.commit_file("wal/b", 1, 1000, [marker])
-    assert r.errors == 0 and r.assigned_base_offset == 6
-    (resp,) = c.find_batches([FindBatchRequest(tip, 0, 1 << 20, read_committed=True)], 1 << 20)
-    assert [(a.producer_id, a.first_offset, a.last_offset) for a in resp.aborted_transactions] == [(5, 6, 6)]
+    tip = TopicIdPartition(topic, "old", 0)
+    (resp,) = c.find_batches([FindBatchRequest(tip, 4, 1 << 20)], 1 << 20)
+    assert [(b.object_key, b.metadata.base_offset, b.metadata.last_offset, b.metadata.byte_offset,
+             b.metadata.timestamp_type, b.metadata.producer_id, b.metadata.base_sequence)
+            for b in resp.batches] == [("wal/old-a", 3, 5, 101, 1, 7, 0), ("wal/old-b", 6, 8, 201, 0, 7, 3)]
+    ids = {b.batch_id for b in all_batches(c, tip)}
+    assert len(ids) == 3 and all(i >> 62 == 1 for i in ids)
+    (latest,) = c.list_offsets([ListOffsetsRequest(tip, ListOffsetsRequest.MAX_TIMESTAMP)])
+    assert (latest.offset, latest.timestamp) == (5, T0 + 1)  # LogAppendTime: the append time counts
+    # new ids never meet the old ones
+    (r,) = c.commit_file("wal/new", 1, 1000, [batch(tip, 0)])
+    assert r.errors == 0 and r.assigned_base_offset == 9
+    assert len({b.batch_id for b in all_batches(c, tip)}) == 4
+    marker = CommitBatchRequest(0, tip, 1, 100, 0, 0, T0, 0, 5, 0, -1, -1, TXN_ABORT)  # the txn tables work
+    (r,) = c.commit_file("wal/marker", 1, 1000, [marker])
+    assert r.errors == 0 and r.assigned_base_offset == 12
+    (resp,) = c.find_batches([FindBatchRequest(tip, 9, 1 << 20, read_committed=True)], 1 << 20)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in resp.aborted_transactions] == [(5, 12, 12)]
+    (d,) = c.delete_records([DeleteRecordsRequest(tip, 4)])  # the first old batch (0..2) goes
+    assert d.low_watermark == 4
     c.close()
+    check_invariants(pg_database)
     with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:
         assert raw.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+        assert raw.execute("SELECT to_regclass('batches')").fetchone() == (None,)
+
+
+def test_a_hot_partition_is_stored_as_runs_of_bounded_length(pg_database: str) -> None:
+    """250 batches of one partition in one object: three runs (100, 100, 50); a fetch from the
+    middle of the second starts at the right batch, and a compaction across two runs works."""
+    c = PostgresBatchCoordinator(pg_database)
+    (tip,) = new_topic(c, 1)
+    responses = c.commit_file("wal/hot", 1, 30_000, [batch(tip, i) for i in range(250)])
+    assert [r.assigned_base_offset for r in responses] == list(range(0, 750, 3))
+    with psycopg.connect(pg_database, connect_timeout=10) as raw:
+        assert raw.execute("SELECT batch_count FROM batch_runs ORDER BY last_offset").fetchall() == [
+            (100,), (100,), (50,)]
+    (resp,) = c.find_batches([FindBatchRequest(tip, 451, 1000)], 1 << 20)  # batch 150 holds 450..452
+    assert [b.metadata.base_offset for b in resp.batches] == list(range(450, 480, 3))
+    replaced = [b for b in all_batches(c, tip) if 290 <= b.metadata.base_offset <= 310]  # spans runs 1 and 2
+    c.register_upload_intent("wal/c", 1, T0)
+    rewrites = [BatchMetadata(tip, 1 + 10 * i, 10, b.metadata.base_offset, b.metadata.last_offset, T0, T0, 0,
+                              -1, -1, -1, -1) for i, b in enumerate(replaced)]
+    assert c.replace_batches(tip, replaced, "wal/c", 1, 1000, rewrites, T0)
+    assert [b.metadata.base_offset for b in all_batches(c, tip)] == list(range(0, 750, 3))
+    c.close()
+    check_invariants(pg_database)
+
+
+def test_a_field_that_does_not_fit_its_run_entry_refuses_the_commit_whole(pg_database: str) -> None:
+    """Fields the commit does not check otherwise (a non-idempotent batch's epoch) must still fit
+    the run entry: a clean CoordinatorException, and nothing written."""
+    c = PostgresBatchCoordinator(pg_database)
+    (tip,) = new_topic(c, 1)
+    bad = CommitBatchRequest(1, tip, 101, 100, 0, 2, T0, 0, -1, 1 << 40, -1, -1)
+    with pytest.raises(CoordinatorException, match="invalid commit of wal/bad: a batch field outside Kafka's types"):
+        c.commit_file("wal/bad", 1, 1000, [batch(tip, 0), bad])
+    assert c.known_object_keys() == set()
+    (r,) = c.commit_file("wal/good", 1, 1000, [batch(tip, 0)])
+    assert r.errors == 0 and r.assigned_base_offset == 0
+    c.close()
+
+
+def test_runs_are_cut_at_any_offset_and_keep_the_rest(pg_database: str) -> None:
+    """DeleteRecords, retention and compaction inside one run: the kept batches stay, with their
+    ids, sizes and object; the removed ones free their bytes."""
+    c = PostgresBatchCoordinator(pg_database)
+    (tip,) = new_topic(c, 1)
+    c.commit_file("wal/a", 1, 10_000, [batch(tip, i) for i in range(10)])  # one run: offsets 0..29
+    c.commit_file("wal/b", 1, 10_000, [batch(tip, i) for i in range(5)])  # another: 30..44
+    before = {b.metadata.last_offset: b.batch_id for b in all_batches(c, tip)}
+    assert all(i >> BATCH_INDEX_BITS for i in before.values())
+    (d,) = c.delete_records([DeleteRecordsRequest(tip, 7)])  # offset 7 lies in batch 6..8: 2 batches go
+    assert d.low_watermark == 7
+    kept = c.find_batches([FindBatchRequest(tip, 7, 1 << 40)], 1 << 40)[0].batches
+    assert [b.metadata.base_offset for b in kept] == list(range(6, 45, 3))
+    assert {b.metadata.last_offset: b.batch_id for b in kept} == {k: v for k, v in before.items() if k >= 8}
+    # compaction replaces two batches in the middle of the first run (15..17, 18..20)
+    replaced = [b for b in kept if 15 <= b.metadata.base_offset <= 18]
+    c.register_upload_intent("wal/c", 1, T0)
+    rewrites = [BatchMetadata(tip, 1 + 50 * i, 50, b.metadata.base_offset, b.metadata.last_offset, T0, T0, 0,
+                              -1, -1, -1, -1) for i, b in enumerate(replaced)]
+    assert c.replace_batches(tip, replaced, "wal/c", 1, 1000, rewrites, T0)
+    after = c.find_batches([FindBatchRequest(tip, 7, 1 << 40)], 1 << 40)[0].batches
+    assert [b.metadata.base_offset for b in after] == list(range(6, 45, 3))
+    assert [b.object_key for b in after if 15 <= b.metadata.base_offset <= 18] == ["wal/c", "wal/c"]
+    assert [b.metadata.byte_size for b in after].count(50) == 2
+    # a stale replacement (the range changed) is refused
+    c.register_upload_intent("wal/d", 1, T0)
+    assert not c.replace_batches(tip, replaced, "wal/d", 1, 1000, rewrites, T0)
+    (info,) = c.describe_logs([tip.topic_id])
+    assert (info.log_start_offset, info.high_watermark, info.batch_count) == (7, 45, 13)
+    assert {f.object_key: f.batch_count for f in c.describe_files(state="uploaded")} == {
+        "wal/a": 6, "wal/b": 5, "wal/c": 2}
+    (res,) = c.enforce_retention([RetentionRequest(tip, -1, 7 * 100)], T0)  # keep 7 x 100 bytes... and 2 x 50
+    assert (res.log_start_offset, res.deleted_batches) == (24, 6)
+    c.close()
+    check_invariants(pg_database)
 
 
 def test_newer_schema_and_foreign_database_are_refused(pg_database: str, pg_server: PgServer) -> None:

@@ -6,7 +6,8 @@ same partitions at once. Nothing that another broker can change is cached: every
 logs it appends to and their producers' idempotence state under row locks (``SELECT ... FOR
 UPDATE``, always in log_id order, so two commits never deadlock), in one READ COMMITTED
 transaction. Commits of the same partition therefore serialise; commits of different partitions
-do not (no global lock, no global counter: batch ids come from a sequence). This is the design of
+do not (no global lock, no global counter: a batch id is its object's file_id and its index).
+An object's batches of one partition are stored as one row, a *run* (table ``batch_runs``). This is the design of
 Aiven's Inkless control plane (``commit_file_v1``), with the per-batch logic in Python.
 
 Every wait on the database is bounded: ``connect.timeout.ms`` (libpq connect_timeout),
@@ -87,14 +88,19 @@ from plugins.coordinator.sqlite import (
 )
 from plugins.coordinator.txn import TxnChanges, TxnEvent, apply_events
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMES = ("postgresql", "postgres")
 # pg_advisory_xact_lock key of the migration (any constant; "kcli" in ASCII).
 MIGRATION_LOCK_KEY = 0x6B636C69
 MIGRATION_LOCK_TIMEOUT_MS = 2000
 MIGRATION_ATTEMPTS = 10
-FIND_FIRST_CHUNK = 100  # batch rows read with the log row (a 1 MiB fetch of 16 KiB batches needs 64)
-FIND_CHUNK = 500  # batch rows per further query while filling a fetch
+MIGRATION_STATEMENT_TIMEOUT_MS = 30 * 60_000  # bounds a step's statements (a copy of the batch rows)
+# Runs read with the log row. A run holds up to RUN_MAX_BATCHES batches (7.2 KB of coordinates),
+# so the first read is small: 8 runs of a hot partition hold 800 batches, more than a fetch takes.
+# Each further read takes 8x more runs, up to FIND_CHUNK (a log of one-batch runs, e.g. a quiet
+# partition, needs 64 runs for a 1 MiB fetch of 16 KiB batches: two reads).
+FIND_FIRST_CHUNK = 8
+FIND_CHUNK = 256  # runs per query at most, while filling a fetch or scanning for retention
 
 # Version 1. Offsets, sizes and times are bigint (Kafka's int64); sequences int (int32), epochs
 # smallint (int16), timestamp types smallint. batches is keyed like SQLite's (one B-tree range
@@ -174,30 +180,71 @@ _V2 = (
         first_offset bigint NOT NULL,
         PRIMARY KEY (log_id, last_offset))""",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
-
-_BATCH_COLUMNS = (
-    "b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset, b.log_append_time,"
-    " b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence"
+# Version 3: batch coordinates stored as runs, one row per (object, partition) instead of one
+# per batch (docs/batch-coordinator.md, "Batch runs"). A commit of a 1,000-batch object over 100
+# partitions inserts 100 rows, not 1,000: the row and index inserts were most of its time. Each
+# version-2 batch row becomes a run of one batch (its id tagged with bit 62, so it never meets
+# an id of the new scheme); the old table and its id sequence go. The step rewrites the batch
+# table (a copy, then DROP): it runs before a broker serves, and every broker of a cluster runs
+# the same kcli (a version-2 broker could not read runs, and refuses a version-3 database).
+_V3 = (
+    """CREATE TABLE batch_runs (
+        log_id        bigint  NOT NULL,
+        last_offset   bigint  NOT NULL,
+        base_offset   bigint  NOT NULL,
+        file_id       bigint  NOT NULL,
+        batch_count   integer NOT NULL,
+        byte_size     bigint  NOT NULL,
+        max_timestamp bigint  NOT NULL,
+        batches       bytea   NOT NULL,
+        PRIMARY KEY (log_id, last_offset)) WITH (toast_tuple_target = 8160)""",
+    # A run holds at most RUN_MAX_BATCHES batches (7.2 KB), so with the target above it stays in
+    # its heap row: no TOAST table writes or reads, and no compression CPU (EXTERNAL).
+    "ALTER TABLE batch_runs ALTER COLUMN batches SET STORAGE EXTERNAL",
+    "CREATE INDEX batch_runs_by_file ON batch_runs (file_id)",
+    """INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size, max_timestamp,
+                               batches)
+       SELECT log_id, last_offset, base_offset, file_id, 1, byte_size,
+              CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END,
+              int8send(batch_id | (1::bigint << 62)) || int8send(base_offset) || int8send(last_offset)
+              || int8send(byte_offset) || int4send(byte_size::integer) || int8send(log_append_time)
+              || int8send(batch_max_timestamp) || int2send(timestamp_type) || int8send(producer_id)
+              || int2send(producer_epoch) || int4send(base_sequence) || int4send(last_sequence)
+       FROM batches""",
+    "DROP TABLE batches",
+    "DROP SEQUENCE batch_ids",
 )
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+
+# One batch in a run's ``batches`` bytes, big-endian as int8send & co. write them (the version-3
+# migration builds them in SQL): batch id, base offset, last offset, byte offset, byte size, log
+# append time, max timestamp, timestamp type, producer id, producer epoch, base and last sequence.
+_RUN_ENTRY = struct.Struct(">qqqqiqqhqhii")
+_LAST_OFFSET_AT = struct.Struct(">16xq")  # an entry's last offset, read in place
+# A batch's id: its object's file_id shifted left by this, or-ed with the batch's index in the
+# commit (an object holds fewer batches: each takes at least 61 bytes). Ids stay unique without a
+# sequence round trip per batch; version-2 ids carry bit 62 instead.
+BATCH_INDEX_BITS = 24
+MAX_BATCHES_PER_OBJECT = 1 << BATCH_INDEX_BITS
+# Batches per run at most: a fetch reads a run whole, so a hot partition's 1,000 batches of one
+# object are 10 runs, not one 72 KB row decoded for the 64 batches of a 1 MiB fetch.
+RUN_MAX_BATCHES = 100
+
+# The log row and its first runs from the offset (the run holding the offset may start before it).
 _FIND_FIRST = (
     "SELECT l.log_id, l.log_start_offset, l.high_watermark,"
     " (SELECT min(first_offset) FROM txn_open t WHERE t.log_id = l.log_id),"
-    " x.batch_id, x.object_key, x.byte_offset, x.byte_size, x.base_offset, x.last_offset, x.log_append_time,"
-    " x.batch_max_timestamp, x.timestamp_type, x.producer_id,"
-    " x.producer_epoch, x.base_sequence, x.last_sequence"
-    " FROM logs l LEFT JOIN LATERAL (SELECT b.*, f.object_key FROM (SELECT * FROM batches"
+    " x.last_offset, x.object_key, x.batches"
+    " FROM logs l LEFT JOIN LATERAL (SELECT r.last_offset, r.batches, f.object_key FROM (SELECT * FROM batch_runs"
     "  WHERE log_id = l.log_id AND last_offset >= %s AND last_offset < l.high_watermark"
-    "  ORDER BY last_offset LIMIT %s) b JOIN files f ON f.file_id = b.file_id) x ON l.log_start_offset <= %s"
+    "  ORDER BY last_offset LIMIT %s) r JOIN files f ON f.file_id = r.file_id) x ON l.log_start_offset <= %s"
     " WHERE l.topic_id = %s AND l.partition = %s ORDER BY x.last_offset"
 )
-_EFFECTIVE_TS = "(CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END)"
-_COPY_BATCHES = (
-    "COPY batches (log_id, last_offset, base_offset, file_id, byte_offset, byte_size, log_append_time,"
-    " batch_max_timestamp, timestamp_type, producer_id, producer_epoch, base_sequence, last_sequence)"
-    " FROM STDIN (FORMAT BINARY)"
+_INSERT_RUNS = (
+    "INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size, max_timestamp, batches)"
+    " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::integer[], %b::bigint[],"
+    " %b::bigint[], %b::bytea[])"
 )
-_COPY_TYPES = ("int8", "int8", "int8", "int8", "int8", "int8", "int8", "int8", "int2", "int8", "int2", "int4", "int4")
 
 # Lock the logs' rows in log_id order: two commits never wait for each other crosswise (no deadlock).
 _LOCK_LOGS = (
@@ -226,14 +273,128 @@ _INSERT_PRODUCERS = (
 # The stored state of the (partition, producer) pairs of a commit. Partitions are sent once, as
 # the lock statement has them; pairs refer to them by position (a slot + 1, as ORDINALITY counts).
 # prepare=False where it runs: a prepared statement's generic plan, made for arrays of unknown
-# length, joined ~900 pairs 2-3x slower than a plan for the actual arrays.
+# length, joined ~900 pairs 2-3x slower than a plan for the actual arrays. The partitions are a
+# materialised CTE so that each pair is one primary-key lookup: joined in one FROM, the planner
+# misjudged the partitions' join as one row and read every producer of each partition (5,000
+# rows for 900 wanted in the bench; it grows with the producers a partition has ever had).
 _READ_PRODUCERS = (
-    "SELECT l.log_id, p.producer_id, p.producer_epoch, p.batches"
+    "WITH s AS MATERIALIZED (SELECT l.log_id, k.slot"
     " FROM unnest(%b::uuid[], %b::integer[]) WITH ORDINALITY AS k (topic_id, partition, slot)"
-    " JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.partition"
-    " JOIN unnest(%b::bigint[], %b::bigint[]) AS t (slot, producer_id) ON t.slot = k.slot"
-    " JOIN producer_state p ON p.log_id = l.log_id AND p.producer_id = t.producer_id"
+    " JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.partition)"
+    " SELECT s.log_id, p.producer_id, p.producer_epoch, p.batches"
+    " FROM unnest(%b::bigint[], %b::bigint[]) AS t (slot, producer_id) JOIN s ON s.slot = t.slot"
+    " JOIN producer_state p ON p.log_id = s.log_id AND p.producer_id = t.producer_id"
 )
+
+
+def _info(entry: tuple, object_key: str, tip: TopicIdPartition) -> BatchInfo:
+    """A run entry (see _RUN_ENTRY) as the interface's BatchInfo."""
+    (batch_id, base, last, byte_offset, byte_size, append_time, max_ts, ts_type,
+     pid, epoch, base_seq, last_seq) = entry
+    return BatchInfo(batch_id, object_key, BatchMetadata(
+        tip, byte_offset, byte_size, base, last, append_time, max_ts, ts_type, pid, epoch, base_seq, last_seq))
+
+
+def _entries_from(blob: bytes, offset: int) -> Iterator[tuple]:
+    """A run's entries from the first whose last offset reaches ``offset`` (a binary search: a
+    fetch starting inside a run of 100 batches neither decodes nor allocates the ones before)."""
+    size = _RUN_ENTRY.size
+    lo, hi = 0, len(blob) // size
+    if offset > _LAST_OFFSET_AT.unpack_from(blob, 0)[0]:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _LAST_OFFSET_AT.unpack_from(blob, mid * size)[0] < offset:
+                lo = mid + 1
+            else:
+                hi = mid
+    return _RUN_ENTRY.iter_unpack(memoryview(blob)[lo * size:])
+
+
+def _effective_ts(entry: tuple) -> int:
+    """The batch's timestamp as ListOffsets sees it: the append time under LogAppendTime."""
+    return entry[5] if entry[7] == 1 else entry[6]
+
+
+def _run_rows(log_id: int, file_id: int, entries: list[tuple]) -> list[tuple]:
+    """batch_runs rows (in _INSERT_RUNS's column order) holding ``entries`` (in offset order),
+    RUN_MAX_BATCHES at most each."""
+    pack = _RUN_ENTRY.pack
+    rows = []
+    for i in range(0, len(entries), RUN_MAX_BATCHES):
+        run = entries[i:i + RUN_MAX_BATCHES]
+        try:
+            blob = b"".join(pack(*e) for e in run)
+        except struct.error as err:
+            raise CoordinatorException(f"a batch field outside Kafka's types ({err})") from None
+        rows.append((log_id, run[-1][2], run[0][1], file_id, len(run), sum(e[4] for e in run),
+                     max(_effective_ts(e) for e in run), blob))
+    return rows
+
+
+def _insert_runs(cur: psycopg.Cursor, rows: list[tuple]) -> None:
+    cur.execute(_INSERT_RUNS, tuple([r[i] for r in rows] for i in range(8)))
+
+
+def _entries_between(cur: psycopg.Cursor, log_id: int, lo: int, hi: int) -> list[tuple]:
+    """The log's batches (run entries) whose last offset lies in [lo, hi], in offset order."""
+    rows = cur.execute(
+        "SELECT batches FROM batch_runs WHERE log_id = %s AND last_offset >= %s AND last_offset <= coalesce("
+        "(SELECT min(last_offset) FROM batch_runs WHERE log_id = %s AND last_offset > %s), %s) ORDER BY last_offset",
+        (log_id, lo, log_id, hi, hi)).fetchall()
+    return [e for (blob,) in rows for e in _RUN_ENTRY.iter_unpack(blob) if lo <= e[2] <= hi]
+
+
+def _cut_runs(cur: psycopg.Cursor, log_id: int, lo: int | None, hi: int | None) -> dict[int, list[int]]:
+    """Remove the log's batches whose last offset lies in [lo, hi] (None: unbounded); the caller
+    holds the log's row lock. Returns file_id → [bytes, batches] removed.
+
+    Runs of one log never overlap, so at most two straddle a bound: the first run ending at or
+    after ``lo`` when it starts before it, and the first ending after ``hi`` when it starts at or
+    before it. Those are cut in Python and their kept parts written back as runs; the runs wholly
+    inside go in one statement."""
+    freed: dict[int, list[int]] = {}
+    edges: list[tuple] = []
+    if lo is not None:
+        row = cur.execute("SELECT last_offset, base_offset, file_id, batches FROM batch_runs WHERE log_id = %s"
+                          " AND last_offset >= %s ORDER BY last_offset LIMIT 1", (log_id, lo)).fetchone()
+        if row is not None and row[1] < lo:
+            edges.append(row)
+    if hi is not None:
+        row = cur.execute("SELECT last_offset, base_offset, file_id, batches FROM batch_runs WHERE log_id = %s"
+                          " AND last_offset > %s ORDER BY last_offset LIMIT 1", (log_id, hi)).fetchone()
+        if row is not None and row[1] <= hi and not (edges and edges[0][0] == row[0]):
+            edges.append(row)
+    pieces: list[tuple] = []
+    for last, _base, file_id, blob in edges:
+        entries = list(_RUN_ENTRY.iter_unpack(blob))
+        gone = [e for e in entries if (lo is None or e[2] >= lo) and (hi is None or e[2] <= hi)]
+        if not gone:
+            continue
+        cur.execute("DELETE FROM batch_runs WHERE log_id = %s AND last_offset = %s", (log_id, last))
+        acc = freed.setdefault(file_id, [0, 0])
+        acc[0] += sum(e[4] for e in gone)
+        acc[1] += len(gone)
+        for part in ([e for e in entries if lo is not None and e[2] < lo],
+                     [e for e in entries if hi is not None and e[2] > hi]):
+            if part:
+                pieces.extend(_run_rows(log_id, file_id, part))
+    clauses, params = ["log_id = %s"], [log_id]
+    if lo is not None:
+        clauses.append("base_offset >= %s")
+        params.append(lo)
+    if hi is not None:
+        clauses.append("last_offset <= %s")
+        params.append(hi)
+    for file_id, size, count in cur.execute(
+            f"WITH d AS (DELETE FROM batch_runs WHERE {' AND '.join(clauses)} RETURNING file_id, byte_size,"
+            " batch_count) SELECT file_id, sum(byte_size), sum(batch_count) FROM d GROUP BY file_id", params).fetchall():
+        acc = freed.setdefault(file_id, [0, 0])
+        acc[0] += int(size)
+        acc[1] += int(count)
+    if pieces:
+        _insert_runs(cur, pieces)
+    return freed
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -472,6 +633,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 while True:
                     with conn.transaction():
                         conn.execute(f"SET LOCAL lock_timeout = {MIGRATION_LOCK_TIMEOUT_MS}")
+                        # a step that copies rows (version 3) may outlast statement.timeout.ms
+                        conn.execute(f"SET LOCAL statement_timeout = {MIGRATION_STATEMENT_TIMEOUT_MS}")
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
                         conn.execute("CREATE TABLE IF NOT EXISTS schema_version ("
                                      " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
@@ -516,20 +679,12 @@ class PostgresBatchCoordinator(BatchCoordinator):
         transactions that end below ``below`` go too (no fetch can overlap them any more)."""
         if below is not None:
             cur.execute("DELETE FROM txn_aborted WHERE log_id = %s AND last_offset < %s", (log_id, below))
-        if below is None:
-            rows = cur.execute(
-                "WITH d AS (DELETE FROM batches WHERE log_id = %s RETURNING file_id, byte_size)"
-                " SELECT file_id, sum(byte_size), count(*) FROM d GROUP BY file_id", (log_id,)).fetchall()
-        else:
-            rows = cur.execute(
-                "WITH d AS (DELETE FROM batches WHERE log_id = %s AND last_offset < %s RETURNING file_id, byte_size)"
-                " SELECT file_id, sum(byte_size), count(*) FROM d GROUP BY file_id", (log_id, below)).fetchall()
         count = freed = 0
-        for file_id, size, n in rows:
+        for file_id, (size, n) in _cut_runs(cur, log_id, None, None if below is None else below - 1).items():
             key = (file_id, topic_id)
-            freed_per_file[key] = freed_per_file.get(key, 0) + int(size)
+            freed_per_file[key] = freed_per_file.get(key, 0) + size
             count += n
-            freed += int(size)
+            freed += size
         return count, freed
 
     @staticmethod
@@ -559,13 +714,6 @@ class PostgresBatchCoordinator(BatchCoordinator):
             " FROM unnest(%b::bigint[], %b::bigint[]) AS v (file_id, size) WHERE f.file_id = v.file_id",
             (now, ids, [per_file[i] for i in ids]),
         )
-
-    @staticmethod
-    def _batch_info(row: tuple, tip: TopicIdPartition) -> BatchInfo:
-        (batch_id, object_key, byte_offset, byte_size, base, last, append_time, max_ts, ts_type,
-         pid, epoch, base_seq, last_seq) = row
-        return BatchInfo(batch_id, object_key, BatchMetadata(
-            tip, byte_offset, byte_size, base, last, append_time, max_ts, ts_type, pid, epoch, base_seq, last_seq))
 
     # -- KIP-1164 operations -------------------------------------------------------------------
 
@@ -603,6 +751,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
             raise CoordinatorException(f"invalid commit: object key {object_key!r}")
         if file_size < 0:
             raise CoordinatorException(f"invalid commit of {object_key}: file size {file_size}")
+        if len(batches) >= MAX_BATCHES_PER_OBJECT:
+            raise CoordinatorException(f"invalid commit of {object_key}: {len(batches)} batches in one object")
         # Each partition of the object gets a slot (0, 1, ...); batches and producers refer to it,
         # so the loops below hash ints, not UUIDs (Python-level hashing: ~1 ms per 1,000 batches).
         # An object's batches share their TopicIdPartition objects, hence the lookup by identity.
@@ -610,14 +760,17 @@ class PostgresBatchCoordinator(BatchCoordinator):
         by_tip: dict[int, int] = {}
         slots: list[int] = []
         pairs: set[tuple[int, int]] = set()  # (slot, producer id) of the idempotent batches
+        prev = slot = None
         for i, req in enumerate(batches):
             tip = req.topic_id_partition
-            slot = by_tip.get(id(tip))
-            if slot is None:
-                if not isinstance(tip, TopicIdPartition):
-                    raise CoordinatorException(
-                        f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
-                slot = by_tip[id(tip)] = keys.setdefault((tip.topic_id, tip.partition), len(keys))
+            if tip is not prev:  # batches come grouped by partition: one lookup per group
+                slot = by_tip.get(id(tip))
+                if slot is None:
+                    if not isinstance(tip, TopicIdPartition):
+                        raise CoordinatorException(
+                            f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
+                    slot = by_tip[id(tip)] = keys.setdefault((tip.topic_id, tip.partition), len(keys))
+                prev = tip
             slots.append(slot)
             if req.producer_id >= 0:
                 pairs.add((slot, req.producer_id))
@@ -625,12 +778,16 @@ class PostgresBatchCoordinator(BatchCoordinator):
             raise CoordinatorException(f"coordinator {self.path} is open read-only (readonly)")
         now = self._clock()
         # Round trips cost most under load (each wakes the server and this process): the
-        # statements before the batch rows go in one pipeline, the COPY follows, and the updates
-        # after it go with the COMMIT in another.
+        # statements before the Python checks go in one pipeline, the writes after them (the
+        # runs, the logs' new high watermarks, producer state) go with the COMMIT in another.
         with self._conn() as conn, conn.cursor() as cur:
             try:
                 return self._commit(conn, cur, object_key, uploader_broker_id, file_size, batches, keys, slots,
                                     sorted(pairs), now, require_intent)
+            except struct.error as err:  # a field that does not fit its run entry (see _RUN_ENTRY)
+                _rollback(conn)
+                raise CoordinatorException(f"invalid commit of {object_key}: a batch field outside Kafka's types"
+                                           f" ({err})") from None
             except BaseException:
                 _rollback(conn)
                 raise
@@ -666,34 +823,32 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
             raise CoordinatorException(f"object {object_key} is already committed")
         file_id = row[0]
-        logs: list[tuple | None] = [None] * len(keys)  # by slot
+        # By slot: [topic_id, topic_name, hwm, byte size, hwm before, byte size before, packed run
+        # entries, max effective timestamp, log_id, log start offset]; None for an unknown partition.
+        sts: list[list | None] = [None] * len(keys)
         for log_id, tid, part, name, lso, hwm, size in log_cur.fetchall():
-            logs[keys[(tid, part)]] = (log_id, name, lso, hwm, size)
+            sts[keys[(tid, part)]] = [tid, name, hwm, size, hwm, size, [], NO_TIMESTAMP, log_id, lso]
         producers: dict[tuple[int, int], _Producer | _PackedProducer] = {}
         if pairs:
             for log_id, pid, epoch, blob in producer_cur.fetchall():
                 producers[(log_id, pid)] = _PackedProducer(epoch, bytes(blob))
         stored = set(producers)  # rows to UPDATE; the others are INSERTed
-        # log_id → [topic_id, topic_name, hwm, byte size, hwm before, byte size before]
-        state: dict[int, list] = {}
         changed_producers: set[tuple[int, int]] = set()
         responses: list[CommitBatchResponse] = []
-        rows: list[tuple] = []
         txn_events: list[TxnEvent] = []
+        pack = _RUN_ENTRY.pack
+        first_id = file_id << BATCH_INDEX_BITS
         for i, req in enumerate(batches):
-            tip = req.topic_id_partition
-            size, byte_offset, delta = req.size, req.byte_offset, req.last_offset - req.base_offset
+            size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
+                req.message_timestamp_type
             if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
-                    or req.message_timestamp_type not in _TIMESTAMP_TYPES:
+                    or ts_type not in _TIMESTAMP_TYPES:
                 raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
-            log = logs[slots[i]]
-            if log is None:
+            st = sts[slots[i]]
+            if st is None:
                 responses.append(CommitBatchResponse.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
                 continue
-            log_id, name, lso, hwm0, bytes0 = log
-            st = state.get(log_id)
-            if st is None:
-                st = state[log_id] = [tip.topic_id, name, hwm0, bytes0, hwm0, bytes0]
+            lso = st[9]
             pid = req.producer_id
             if pid >= 0:
                 epoch, base_seq, last_seq = req.producer_epoch, req.base_sequence, req.last_sequence
@@ -701,6 +856,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
                         and -0x80000000 <= last_seq <= INT32_MAX):
                     raise CoordinatorException(
                         f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
+                log_id = st[8]
                 producer = producers.get((log_id, pid))
                 kind = req.transaction
                 if kind >= TXN_COMMIT:  # a marker: no sequence; only the epoch is checked
@@ -713,8 +869,11 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     base = st[2]
                     st[2] = base + delta + 1
                     st[3] += size
-                    rows.append((log_id, base + delta, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
-                                 req.message_timestamp_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE))
+                    st[6].append(pack(first_id | i, base, base + delta, byte_offset, size, now,
+                                      req.batch_max_timestamp, ts_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE))
+                    ts = now if ts_type == 1 else req.batch_max_timestamp
+                    if ts > st[7]:
+                        st[7] = ts
                     txn_events.append(TxnEvent(log_id, pid, kind, base))
                     responses.append(CommitBatchResponse(NONE, base, now, lso, False, req))
                     continue
@@ -743,17 +902,15 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 last = base + delta
             st[2] = last + 1
             st[3] += size
-            rows.append((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
-                         req.message_timestamp_type, pid, req.producer_epoch, req.base_sequence,
-                         req.last_sequence))
+            max_ts = req.batch_max_timestamp
+            st[6].append(pack(first_id | i, base, last, byte_offset, size, now, max_ts, ts_type, pid,
+                              req.producer_epoch, req.base_sequence, req.last_sequence))
+            ts = now if ts_type == 1 else max_ts
+            if ts > st[7]:
+                st[7] = ts
             responses.append(CommitBatchResponse(NONE, base, now, lso, False, req))
-        if rows:
-            with cur.copy(_COPY_BATCHES) as copy:
-                copy.set_types(_COPY_TYPES)
-                write = copy.write_row
-                for r in rows:
-                    write(r)
-        grown = [(log_id, st) for log_id, st in sorted(state.items()) if st[2] != st[4]]
+        # One run per partition: a commit's batches of a log take consecutive offsets.
+        grown = sorted((st[8], st) for st in sts if st is not None and st[2] != st[4])
         topic_bytes: dict[uuid.UUID, list] = {}
         for _log_id, st in grown:
             acc = topic_bytes.setdefault(st[0], [st[1], 0])
@@ -766,6 +923,14 @@ class PostgresBatchCoordinator(BatchCoordinator):
             if txn is not None:
                 self._write_txn_changes(cur, txn)
             if grown:
+                if all(len(g[1][6]) <= RUN_MAX_BATCHES for g in grown):
+                    cur.execute(_INSERT_RUNS, (
+                        [g[0] for g in grown], [g[1][2] - 1 for g in grown], [g[1][4] for g in grown],
+                        [file_id] * len(grown), [len(g[1][6]) for g in grown], [g[1][3] - g[1][5] for g in grown],
+                        [g[1][7] for g in grown], [b"".join(g[1][6]) for g in grown]))
+                else:  # a hot partition: its batches split into several runs
+                    _insert_runs(cur, [row for log_id, st in grown for row in _run_rows(
+                        log_id, file_id, list(_RUN_ENTRY.iter_unpack(b"".join(st[6]))))])
                 cur.execute(
                     "UPDATE logs l SET high_watermark = v.hwm, byte_size = v.size"
                     " FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS v (log_id, hwm, size)"
@@ -835,7 +1000,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         with self._conn() as conn:
             for req in requests:
                 tip = req.topic_id_partition
-                # One round trip per partition: the log row and its first batches from the offset.
+                # One round trip per partition: the log row and its first runs from the offset.
                 # Batches are read only below the high watermark read with them, so a commit landing
                 # meanwhile never shows half-way.
                 rows = conn.execute(
@@ -853,28 +1018,31 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 found: list[BatchInfo] = []
                 if req.offset < end and (budget > 0 or min_one):
                     taken = 0
-                    chunk = [row[4:] for row in rows if row[4] is not None]
+                    chunk = [row[4:] for row in rows if row[4] is not None]  # (last offset, key, entries)
                     limit = FIND_FIRST_CHUNK
+                    done = False
                     while True:
-                        done = False
-                        for row in chunk:
-                            size = row[3]
-                            if row[4] >= end or (taken + size > budget and not (min_one and not found)):
-                                done = True
-                                break
-                            found.append(self._batch_info(row, tip))
-                            taken += size
-                            if taken >= budget:
-                                done = True
+                        for _last, key, blob in chunk:
+                            for e in _entries_from(blob, req.offset):  # the first run may start before it
+                                size = e[4]
+                                if e[1] >= end or (taken + size > budget and not (min_one and not found)):
+                                    done = True
+                                    break
+                                found.append(_info(e, key, tip))
+                                taken += size
+                                if taken >= budget:
+                                    done = True
+                                    break
+                            if done:
                                 break
                         if done or len(chunk) < limit:
                             break
-                        limit = FIND_CHUNK
+                        limit = min(limit * 8, FIND_CHUNK)
                         chunk = conn.execute(
-                            f"SELECT {_BATCH_COLUMNS} FROM (SELECT * FROM batches WHERE log_id = %s"
-                            " AND last_offset > %s AND last_offset < %s ORDER BY last_offset LIMIT %s) b"
-                            " JOIN files f ON f.file_id = b.file_id ORDER BY b.last_offset",
-                            (log_id, chunk[-1][5], hwm, limit),
+                            "SELECT r.last_offset, f.object_key, r.batches FROM (SELECT * FROM batch_runs"
+                            " WHERE log_id = %s AND last_offset > %s AND last_offset < %s ORDER BY last_offset"
+                            " LIMIT %s) r JOIN files f ON f.file_id = r.file_id ORDER BY r.last_offset",
+                            (log_id, chunk[-1][0], hwm, limit),
                         ).fetchall()
                     if found:
                         min_one = False
@@ -915,16 +1083,23 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 elif ts == ListOffsetsRequest.LATEST_TIERED_TIMESTAMP:
                     out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))  # nothing tiered
                 else:
+                    hit = None
                     if ts == ListOffsetsRequest.MAX_TIMESTAMP:
                         # Batch granularity: the last offset of the earliest batch holding the max timestamp.
-                        hit = conn.execute(
-                            f"SELECT last_offset, {_EFFECTIVE_TS} AS ts FROM batches WHERE log_id = %s"
-                            " ORDER BY ts DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone()
+                        row = conn.execute(
+                            "SELECT max_timestamp, batches FROM batch_runs WHERE log_id = %s"
+                            " ORDER BY max_timestamp DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone()
+                        if row is not None:
+                            hit = next((e[2], row[0]) for e in _RUN_ENTRY.iter_unpack(row[1])
+                                       if _effective_ts(e) == row[0])
                     else:
                         # The first batch whose timestamp reaches ts; its base offset.
-                        hit = conn.execute(
-                            f"SELECT base_offset, {_EFFECTIVE_TS} FROM batches WHERE log_id = %s"
-                            f" AND {_EFFECTIVE_TS} >= %s ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
+                        row = conn.execute(
+                            "SELECT batches FROM batch_runs WHERE log_id = %s AND max_timestamp >= %s"
+                            " ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
+                        if row is not None:
+                            hit = next((e[1], _effective_ts(e)) for e in _RUN_ENTRY.iter_unpack(row[0])
+                                       if _effective_ts(e) >= ts)
                     if hit is None:
                         out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
                     else:
@@ -1000,13 +1175,13 @@ class PostgresBatchCoordinator(BatchCoordinator):
         with self._tx() as cur:
             cur.execute(
                 "DELETE FROM files WHERE object_key = ANY(%s) AND state = 'deleting'"
-                " AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.file_id = files.file_id)", (keys,))
+                " AND NOT EXISTS (SELECT 1 FROM batch_runs r WHERE r.file_id = files.file_id)", (keys,))
 
     @_guarded
     def is_safe_to_delete_file(self, object_key: str) -> bool:
         with self._conn() as conn:
             row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM files f JOIN batches b ON b.file_id = f.file_id WHERE f.object_key = %s)",
+                "SELECT EXISTS (SELECT 1 FROM files f JOIN batch_runs r ON r.file_id = f.file_id WHERE f.object_key = %s)",
                 (object_key,)).fetchone()
         return not row[0]
 
@@ -1047,19 +1222,23 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 scanning = True
                 while scanning:
                     chunk = cur.execute(
-                        f"SELECT last_offset, byte_size, {_EFFECTIVE_TS} FROM batches WHERE log_id = %s"
+                        "SELECT last_offset, batches FROM batch_runs WHERE log_id = %s"
                         " AND last_offset > %s ORDER BY last_offset LIMIT %s", (log_id, after, FIND_CHUNK)).fetchall()
-                    for last, bsize, ts in chunk:
-                        by_time = retention_ms >= 0 and ts < horizon
-                        # Kafka's size rule: drop a batch only if what stays is still >= retention.bytes.
-                        by_size = retention_bytes >= 0 and remaining - bsize >= retention_bytes
-                        if not (by_time or by_size):
-                            scanning = False
+                    for _run_last, blob in chunk:
+                        for e in _RUN_ENTRY.iter_unpack(blob):
+                            bsize = e[4]
+                            by_time = retention_ms >= 0 and _effective_ts(e) < horizon
+                            # Kafka's size rule: drop a batch only if what stays is still >= retention.bytes.
+                            by_size = retention_bytes >= 0 and remaining - bsize >= retention_bytes
+                            if not (by_time or by_size):
+                                scanning = False
+                                break
+                            cutoff = e[2] + 1
+                            count += 1
+                            freed += bsize
+                            remaining -= bsize
+                        if not scanning:
                             break
-                        cutoff = last + 1
-                        count += 1
-                        freed += bsize
-                        remaining -= bsize
                     if len(chunk) < FIND_CHUNK:
                         break
                     after = chunk[-1][0]
@@ -1079,7 +1258,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
     def describe_logs(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[LogInfo]:
         query = (
             "SELECT l.topic_id, l.topic_name, l.partition, l.log_start_offset, l.high_watermark, l.byte_size,"
-            " (SELECT count(*) FROM batches b WHERE b.log_id = l.log_id) FROM logs l"
+            " (SELECT coalesce(sum(batch_count), 0) FROM batch_runs r WHERE r.log_id = l.log_id) FROM logs l"
         )
         params: tuple = ()
         if topic_ids is not None:
@@ -1115,7 +1294,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
             params.append(topic_id)
         query = (
             "SELECT f.file_id, f.object_key, f.file_size, f.used_size, f.state, f.committed_at,"
-            " f.marked_for_deletion_at, f.uploader, (SELECT count(*) FROM batches b WHERE b.file_id = f.file_id)"
+            " f.marked_for_deletion_at, f.uploader,"
+            " (SELECT coalesce(sum(batch_count), 0) FROM batch_runs r WHERE r.file_id = f.file_id)"
             " FROM files f"
         )
         if clauses:
@@ -1126,8 +1306,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
             rows = conn.execute(query, params).fetchall()
             for file_id, key, fsize, used, st, committed, marked, uploader, count in rows:
                 parts = conn.execute(
-                    "SELECT DISTINCT l.topic_id, l.topic_name, l.partition FROM batches b JOIN logs l"
-                    " ON l.log_id = b.log_id WHERE b.file_id = %s ORDER BY l.topic_name, l.partition", (file_id,),
+                    "SELECT DISTINCT l.topic_id, l.topic_name, l.partition FROM batch_runs r JOIN logs l"
+                    " ON l.log_id = r.log_id WHERE r.file_id = %s ORDER BY l.topic_name, l.partition", (file_id,),
                 ).fetchall()
                 tips = [TopicIdPartition(t, n, p) for t, n, p in parts]
                 out.append(FileInfo(key, fsize, used, st, committed, marked, count, tips, uploader))
@@ -1137,17 +1317,14 @@ class PostgresBatchCoordinator(BatchCoordinator):
     def batches_in_file(self, object_key: str) -> list[BatchInfo]:
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT {_BATCH_COLUMNS}, l.topic_id, l.topic_name, l.partition FROM files f"
-                " JOIN batches b ON b.file_id = f.file_id JOIN logs l ON l.log_id = b.log_id"
-                " WHERE f.object_key = %s ORDER BY b.byte_offset", (object_key,)).fetchall()
-        tips: dict[tuple[uuid.UUID, int], TopicIdPartition] = {}
+                "SELECT r.batches, l.topic_id, l.topic_name, l.partition FROM files f"
+                " JOIN batch_runs r ON r.file_id = f.file_id JOIN logs l ON l.log_id = r.log_id"
+                " WHERE f.object_key = %s", (object_key,)).fetchall()
         out = []
-        for row in rows:
-            tid, name, part = row[-3:]
-            tip = tips.get((tid, part))
-            if tip is None:
-                tip = tips[(tid, part)] = TopicIdPartition(tid, name, part)
-            out.append(self._batch_info(row[:-3], tip))
+        for blob, tid, name, part in rows:
+            tip = TopicIdPartition(tid, name, part)
+            out.extend(_info(e, object_key, tip) for e in _RUN_ENTRY.iter_unpack(blob))
+        out.sort(key=lambda b: b.metadata.byte_offset)
         return out
 
     @_guarded
@@ -1240,6 +1417,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
     ) -> bool:
         tip = topic_id_partition
         check_replacement(tip, replaced, batches, file_size)
+        if len(batches) >= MAX_BATCHES_PER_OBJECT:
+            raise CoordinatorException(f"replace_batches of {tip}: {len(batches)} batches in one object")
         with self._tx() as cur:
             # The log's row lock orders this against commits, retention and DeleteRecords of the log.
             row = self._lock_logs(cur, [(tip.topic_id, tip.partition)]).get((tip.topic_id, tip.partition))
@@ -1258,28 +1437,20 @@ class PostgresBatchCoordinator(BatchCoordinator):
             log_id, topic_name = row[0], row[1]
             lo = min(b.metadata.last_offset for b in replaced)
             hi = max(b.metadata.last_offset for b in replaced)
-            live = {(int(last), int(bid)) for last, bid in cur.execute(
-                "SELECT last_offset, batch_id FROM batches WHERE log_id = %s AND last_offset BETWEEN %s AND %s",
-                (log_id, lo, hi)).fetchall()}
+            live = {(e[2], e[0]) for e in _entries_between(cur, log_id, lo, hi)}
             if live != {(b.metadata.last_offset, b.batch_id) for b in replaced}:
                 return False  # the range changed since it was read: the new object is garbage
-            freed_per_file: dict[tuple[int, uuid.UUID], int] = {}
-            for fid, size in cur.execute(
-                    "WITH d AS (DELETE FROM batches WHERE log_id = %s AND last_offset BETWEEN %s AND %s"
-                    " RETURNING file_id, byte_size) SELECT file_id, sum(byte_size) FROM d GROUP BY file_id",
-                    (log_id, lo, hi)).fetchall():
-                freed_per_file[(fid, tip.topic_id)] = int(size)
+            freed_per_file = {(fid, tip.topic_id): size for fid, (size, _n) in _cut_runs(cur, log_id, lo, hi).items()}
             self._release_files(cur, freed_per_file, now_ms)
             used = sum(md.byte_size for md in batches)
             cur.execute("UPDATE logs SET byte_size = byte_size - %s + %s WHERE log_id = %s",
                         (sum(freed_per_file.values()), used, log_id))
             if batches:
-                with cur.copy(_COPY_BATCHES) as copy:
-                    copy.set_types(_COPY_TYPES)
-                    for md in batches:
-                        copy.write_row((log_id, md.last_offset, md.base_offset, file_id, md.byte_offset, md.byte_size,
-                                        md.log_append_timestamp, md.batch_max_timestamp, md.timestamp_type,
-                                        md.producer_id, md.producer_epoch, md.base_sequence, md.last_sequence))
+                first_id = file_id << BATCH_INDEX_BITS
+                _insert_runs(cur, _run_rows(log_id, file_id, [
+                    (first_id | i, md.base_offset, md.last_offset, md.byte_offset, md.byte_size,
+                     md.log_append_timestamp, md.batch_max_timestamp, md.timestamp_type, md.producer_id,
+                     md.producer_epoch, md.base_sequence, md.last_sequence) for i, md in enumerate(batches)]))
                 cur.execute("UPDATE files SET used_size = %s, state = 'uploaded', marked_for_deletion_at = NULL"
                             " WHERE file_id = %s", (used, file_id))
                 cur.execute("INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
