@@ -532,6 +532,103 @@ def test_a_field_that_does_not_fit_its_run_entry_refuses_the_commit_whole(pg_dat
     c.close()
 
 
+run_operation = st.one_of(
+    # (partition, records, size, timestamp type) per batch of one object
+    st.tuples(st.just("commit"), st.lists(st.tuples(st.integers(0, 1), st.integers(1, 4), st.integers(1, 50),
+                                                    st.sampled_from([0, 0, 1])), min_size=1, max_size=12)),
+    st.tuples(st.just("delete_records"), st.integers(0, 1), st.integers(0, 80)),
+    st.tuples(st.just("retention"), st.integers(0, 1), st.integers(0, 300)),
+    # compaction of live batches [i, i + n) of a partition, each rewritten to ``size`` bytes
+    st.tuples(st.just("replace"), st.integers(0, 1), st.integers(0, 30), st.integers(1, 6), st.integers(1, 20)),
+)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(run_operation, min_size=1, max_size=14), st.integers(0, 80), st.integers(0, 80))
+def test_batch_runs_answer_as_the_sqlite_coordinator_does(property_database: str,
+                                                          tmp_path_factory: pytest.TempPathFactory, ops: list,
+                                                          fetch_at: int, ts_at: int) -> None:
+    """Differential: the same operations on the SQLite coordinator (one row per batch) and the
+    PostgreSQL one (batch runs, cut and rewritten by deletions and compaction) leave the same
+    batches, and fetches, timestamp lookups and describes answer alike (all but batch ids)."""
+    from plugins.coordinator.sqlite import SqliteBatchCoordinator
+    from tests.test_coordinator import Clock
+
+    clock = Clock()  # one "now" for both: LogAppendTime batches get the same append times
+    sqlite = SqliteBatchCoordinator(tmp_path_factory.mktemp("diff") / "c.db", clock=clock)
+    pg = PostgresBatchCoordinator(property_database, clock=clock)
+    tid = uuid.uuid4()
+    tips = [TopicIdPartition(tid, "d", p) for p in range(2)]
+    both = (sqlite, pg)
+
+    def view(c: Any, tip: TopicIdPartition, offset: int, max_bytes: int = 1 << 30) -> tuple:
+        (r,) = c.find_batches([FindBatchRequest(tip, offset, max_bytes)], 1 << 30)
+        return r.errors, r.log_start_offset, r.high_watermark, [
+            (b.object_key, b.metadata.byte_offset, b.metadata.byte_size, b.metadata.base_offset,
+             b.metadata.last_offset, b.metadata.timestamp_type, b.metadata.batch_max_timestamp)
+            for b in r.batches]
+
+    try:
+        for c in both:
+            c.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "d", 2)])
+        for n, op in enumerate(ops):
+            kind = op[0]
+            clock.now = T0 + 1000 * n + 500
+            if kind == "commit":
+                position, requests = 1, []
+                for i, (part, records, size, ts_type) in enumerate(sorted(op[1], key=lambda b: b[0])):
+                    requests.append(CommitBatchRequest(i, tips[part], position, size, 0, records - 1,
+                                                       T0 + 1000 * n + i, ts_type))
+                    position += size
+                answers = [[(r.errors, r.assigned_base_offset) for r in c.commit_file(f"wal/{tid}/{n}", 0, position,
+                                                                                        requests)] for c in both]
+                assert answers[0] == answers[1]
+            elif kind == "delete_records":
+                got = [c.delete_records([DeleteRecordsRequest(tips[op[1]], op[2])]) for c in both]
+                assert got[0] == got[1]
+            elif kind == "retention":
+                got = [c.enforce_retention([RetentionRequest(tips[op[1]], -1, op[2])], now_ms=T0) for c in both]
+                assert got[0] == got[1]
+            else:
+                _, part, first, count, size = op
+                swapped = []
+                for c in both:
+                    (r,) = c.find_batches([FindBatchRequest(tips[part], 0, 1 << 30)], 1 << 30)
+                    if r.errors:  # everything deleted below the start: read from the start
+                        (r,) = c.find_batches([FindBatchRequest(tips[part], r.log_start_offset, 1 << 30)], 1 << 30)
+                    replaced = r.batches[first:first + count]
+                    rewrites = [BatchMetadata(tips[part], 1 + size * i, size, b.metadata.base_offset,
+                                              b.metadata.last_offset, b.metadata.log_append_timestamp,
+                                              b.metadata.batch_max_timestamp, b.metadata.timestamp_type,
+                                              -1, -1, -1, -1) for i, b in enumerate(replaced)]
+                    c.register_upload_intent(f"wal/{tid}/c{n}", 0, T0)
+                    swapped.append(c.replace_batches(tips[part], replaced, f"wal/{tid}/c{n}", 0, 1 + size * count,
+                                                     rewrites, T0))
+                assert swapped[0] == swapped[1]
+        for tip in tips:
+            (end,) = sqlite.describe_logs([tid])[tip.partition:tip.partition + 1]
+            for offset in range(0, end.high_watermark + 2):  # from every offset: a run's every entry
+                assert view(sqlite, tip, offset, 60) == view(pg, tip, offset, 60)
+            assert view(sqlite, tip, fetch_at) == view(pg, tip, fetch_at)
+            for ts in (T0 + 1000 * (ts_at // 6) + ts_at % 6, ListOffsetsRequest.MAX_TIMESTAMP):
+                got = [c.list_offsets([ListOffsetsRequest(tip, ts)]) for c in both]
+                assert got[0] == got[1]
+        assert [(i.log_start_offset, i.high_watermark, i.batch_count, i.byte_size)
+                for i in sqlite.describe_logs([tid])] == [
+            (i.log_start_offset, i.high_watermark, i.batch_count, i.byte_size) for i in pg.describe_logs([tid])]
+        files = [sorted((f.object_key, f.used_size, f.state, f.batch_count) for f in c.describe_files(topic_id=tid))
+                 for c in both]
+        assert files[0] == files[1]
+        for key in {f[0] for f in files[0]}:
+            assert [(b.metadata.byte_offset, b.metadata.base_offset) for b in sqlite.batches_in_file(key)] == [
+                (b.metadata.byte_offset, b.metadata.base_offset) for b in pg.batches_in_file(key)]
+    finally:
+        sqlite.close()
+        pg.close()
+    check_invariants(property_database)
+
+
 def test_runs_are_cut_at_any_offset_and_keep_the_rest(pg_database: str) -> None:
     """DeleteRecords, retention and compaction inside one run: the kept batches stay, with their
     ids, sizes and object; the removed ones free their bytes."""

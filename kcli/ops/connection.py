@@ -267,9 +267,14 @@ class Admin(AdminClient):
             concurrent.futures.wait([future], timeout=0.05)
             self.poll(0)
         try:
-            return future.result()
+            result = future.result()
         except KafkaException as err:
             raise to_kcli_error(err, context) from err
+        # The cluster answered: from now on ALL_BROKERS_DOWN is an outage to ride out, not "cannot
+        # reach". librdkafka also reports it, briefly, while it reconnects to brokers it had
+        # reached (it dropped the bootstrap entries after the first metadata), e.g. a loaded host.
+        self.errors.fail_on_brokers_down = False
+        return result
 
 
 class Producer(confluent_kafka.Producer):

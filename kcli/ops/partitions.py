@@ -229,6 +229,7 @@ def sample_keys(conn: Connection, topic: str, partitions: list[int],
             except KafkaException:  # offline (in a cluster: its broker is down): nothing to sample
                 client.errors.check()
                 continue
+            client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
             if high > low:
                 wanted[p] = high
                 assignment.append(TopicPartition(topic, p, max(low, high - per_partition)))
