@@ -7,8 +7,9 @@ logs it appends to and their producers' idempotence state under row locks (``SEL
 UPDATE``, always in log_id order, so two commits never deadlock), in one READ COMMITTED
 transaction. Commits of the same partition therefore serialise; commits of different partitions
 do not (no global lock, no global counter: a batch id is its object's file_id and its index).
-An object's batches of one partition are stored as one row, a *run* (table ``batch_runs``). This is the design of
-Aiven's Inkless control plane (``commit_file_v1``), with the per-batch logic in Python.
+An object's batches of one partition are stored as one row, a *run* (table ``batch_runs``). This
+is the design of Aiven's Inkless control plane (``commit_file_v1``), with the per-batch logic in
+Python and the batch coordinates packed per run.
 
 Every wait on the database is bounded: ``connect.timeout.ms`` (libpq connect_timeout),
 ``statement.timeout.ms`` (server-side statement_timeout, which also bounds lock waits) and
@@ -181,7 +182,7 @@ _V2 = (
         PRIMARY KEY (log_id, last_offset))""",
 )
 # Version 3: batch coordinates stored as runs, one row per (object, partition) instead of one
-# per batch (docs/batch-coordinator.md, "Batch runs"). A commit of a 1,000-batch object over 100
+# per batch (docs/batch-coordinator.md, "Schema and migrations"). A commit of a 1,000-batch object over 100
 # partitions inserts 100 rows, not 1,000: the row and index inserts were most of its time. Each
 # version-2 batch row becomes a run of one batch (its id tagged with bit 62, so it never meets
 # an id of the new scheme); the old table and its id sequence go. The step rewrites the batch
@@ -222,8 +223,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 _RUN_ENTRY = struct.Struct(">qqqqiqqhqhii")
 _LAST_OFFSET_AT = struct.Struct(">16xq")  # an entry's last offset, read in place
 # A batch's id: its object's file_id shifted left by this, or-ed with the batch's index in the
-# commit (an object holds fewer batches: each takes at least 61 bytes). Ids stay unique without a
-# sequence round trip per batch; version-2 ids carry bit 62 instead.
+# commit (2^24 batches of at least 61 bytes each would make a 1 GiB object; more is refused). Ids
+# stay unique without a sequence round trip per batch; version-2 ids carry bit 62 instead.
 BATCH_INDEX_BITS = 24
 MAX_BATCHES_PER_OBJECT = 1 << BATCH_INDEX_BITS
 # Batches per run at most: a fetch reads a run whole, so a hot partition's 1,000 batches of one
