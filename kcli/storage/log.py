@@ -1035,11 +1035,8 @@ def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
         raise LogError(INVALID_RECORD, "transactional batch without a producer id")
 
 
-_TXN_ENTRY = TXN_ENTRY
-
-
 def _txn_entry(a: AbortedTxn) -> bytes:
-    return _TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+    return TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
 
 
 def _append_txn_entry(path: Path, a: AbortedTxn) -> None:

@@ -110,7 +110,7 @@ class RemoteLogManager(BrokerExtension):
         self.disabler = kip950.Disabler(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._locks: dict[tuple[uuid.UUID, int], asyncio.Lock] = {}
-        self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], tuple[array, array]] = OrderedDict()
+        self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], Any] = OrderedDict()  # parsed indexes
         self._index_lock = threading.Lock()  # remote reads run in worker threads
         self._copy_wakeup = asyncio.Event()
         # one guard per task: a failing partition is backed off and logged once, the rest proceed
@@ -605,25 +605,17 @@ class RemoteLogManager(BrokerExtension):
         return tuple(found)
 
     def _txn_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
-        """A remote segment's transaction index (cached; none uploaded: no entries)."""
-        key = (md.segment_id.id, IndexType.TRANSACTION)
-        with self._index_lock:
-            cached = self._index_cache.get(key)
-            if cached is not None:
-                self._index_cache.move_to_end(key)
-                return cached  # type: ignore[return-value]
-        assert self.rsm is not None
-        try:
-            entries = parse_txn_index(self.rsm.fetch_index(md, IndexType.TRANSACTION))
-        except RemoteResourceNotFoundException:
-            entries = []
-        with self._index_lock:
-            self._index_cache[key] = entries  # type: ignore[assignment]
-            while len(self._index_cache) > _INDEX_CACHE_ENTRIES:
-                self._index_cache.popitem(last=False)
-        return entries
+        """A remote segment's transaction index (none uploaded: no entries)."""
+        return self._cached_index(md, IndexType.TRANSACTION, parse_txn_index, missing_ok=True)
 
     def _index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> tuple[array, array]:
+        return self._cached_index(md, index_type, OffsetIndex.parse if index_type is IndexType.OFFSET
+                                  else TimeIndex.parse)
+
+    def _cached_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType, parse: Callable[[bytes], Any],
+                      missing_ok: bool = False) -> Any:
+        """A remote segment's index fetched once and parsed, then served from an LRU cache (worker
+        thread). ``missing_ok``: an index the segment was uploaded without parses as empty."""
         key = (md.segment_id.id, index_type)
         with self._index_lock:
             cached = self._index_cache.get(key)
@@ -631,8 +623,13 @@ class RemoteLogManager(BrokerExtension):
                 self._index_cache.move_to_end(key)
                 return cached
         assert self.rsm is not None
-        data = self.rsm.fetch_index(md, index_type)
-        parsed = OffsetIndex.parse(data) if index_type is IndexType.OFFSET else TimeIndex.parse(data)
+        try:
+            data = self.rsm.fetch_index(md, index_type)
+        except RemoteResourceNotFoundException:
+            if not missing_ok:
+                raise
+            data = b""
+        parsed = parse(data)
         with self._index_lock:
             self._index_cache[key] = parsed
             while len(self._index_cache) > _INDEX_CACHE_ENTRIES:

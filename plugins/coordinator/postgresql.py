@@ -850,9 +850,12 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 responses.append(CommitBatchResponse.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
                 continue
             lso = st[9]
+            base = st[2]  # the batch's offsets if it is accepted (a refused one changes nothing)
+            last = base + delta
             pid = req.producer_id
+            base_seq, last_seq = req.base_sequence, req.last_sequence
             if pid >= 0:
-                epoch, base_seq, last_seq = req.producer_epoch, req.base_sequence, req.last_sequence
+                epoch = req.producer_epoch
                 if not (-0x8000 <= epoch <= 0x7FFF and -0x80000000 <= base_seq <= INT32_MAX
                         and -0x80000000 <= last_seq <= INT32_MAX):
                     raise CoordinatorException(
@@ -867,45 +870,31 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     if producer is None or epoch > producer.epoch:
                         producers[(log_id, pid)] = _PackedProducer(epoch)
                         changed_producers.add((log_id, pid))
-                    base = st[2]
-                    st[2] = base + delta + 1
-                    st[3] += size
-                    st[6].append(pack(first_id | i, base, base + delta, byte_offset, size, now,
-                                      req.batch_max_timestamp, ts_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE))
-                    ts = now if ts_type == 1 else req.batch_max_timestamp
-                    if ts > st[7]:
-                        st[7] = ts
+                    base_seq = last_seq = NO_SEQUENCE
                     txn_events.append(TxnEvent(log_id, pid, kind, base))
-                    responses.append(CommitBatchResponse(NONE, base, now, lso, False, req))
-                    continue
-                if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
-                    if type(producer) is _PackedProducer:  # not simply the next batch: the full ring
-                        producer = producers[(log_id, pid)] = _Producer.decode(producer.epoch, producer.blob)
-                    verdict = SqliteBatchCoordinator._check_producer(producer, req)
-                    if verdict != NONE:
-                        if isinstance(verdict, tuple):  # a duplicate: the original batch's answer
-                            responses.append(CommitBatchResponse(NONE, verdict[2], verdict[4], lso, True, req))
-                        else:
-                            responses.append(CommitBatchResponse.of_error(verdict, req))
-                        continue
-                    if epoch != producer.epoch:
-                        producer = None  # a bumped epoch starts afresh
-                base = st[2]
-                last = base + delta
-                if producer is None:
-                    producer = producers[(log_id, pid)] = _PackedProducer(epoch)
-                producer.append(base_seq, last_seq, base, last, now)
-                changed_producers.add((log_id, pid))
-                if kind:
-                    txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
-            else:
-                base = st[2]
-                last = base + delta
+                else:
+                    if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
+                        if type(producer) is _PackedProducer:  # not simply the next batch: the full ring
+                            producer = producers[(log_id, pid)] = _Producer.decode(producer.epoch, producer.blob)
+                        verdict = SqliteBatchCoordinator._check_producer(producer, req)
+                        if verdict != NONE:  # a duplicate gets the original batch's answer
+                            responses.append(CommitBatchResponse(NONE, verdict[2], verdict[4], lso, True, req)
+                                             if isinstance(verdict, tuple) else
+                                             CommitBatchResponse.of_error(verdict, req))
+                            continue
+                        if epoch != producer.epoch:
+                            producer = None  # a bumped epoch starts afresh
+                    if producer is None:
+                        producer = producers[(log_id, pid)] = _PackedProducer(epoch)
+                    producer.append(base_seq, last_seq, base, last, now)
+                    changed_producers.add((log_id, pid))
+                    if kind:
+                        txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
             st[2] = last + 1
             st[3] += size
             max_ts = req.batch_max_timestamp
             st[6].append(pack(first_id | i, base, last, byte_offset, size, now, max_ts, ts_type, pid,
-                              req.producer_epoch, req.base_sequence, req.last_sequence))
+                              req.producer_epoch, base_seq, last_seq))
             ts = now if ts_type == 1 else max_ts
             if ts > st[7]:
                 st[7] = ts
