@@ -317,13 +317,19 @@ NOT_COORDINATOR = 16
 
 
 def find_coordinator(bootstrap: str, group: str) -> tuple[int, int, int]:
-    """(error, node id, port) from FindCoordinator v3 and, checked equal, v4's batched form."""
-    with WireClient(bootstrap, timeout=10) as c:
-        one = c.request(10, 3, {"key": group, "key_type": 0})
-        many = c.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
-    a = (int(one.error_code), int(one.node_id), int(one.port))
-    assert a == (int(many.error_code), int(many.node_id), int(many.port))
-    return a
+    """(error, node id, port) from FindCoordinator v3 and, checked equal, v4's batched form.
+
+    The broker's live set may refresh between the two requests while a coordinator moves; the
+    answers must then agree on a second try (a view changes at most once a second)."""
+    for _ in range(3):
+        with WireClient(bootstrap, timeout=10) as c:
+            one = c.request(10, 3, {"key": group, "key_type": 0})
+            many = c.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
+        a = (int(one.error_code), int(one.node_id), int(one.port))
+        b = (int(many.error_code), int(many.node_id), int(many.port))
+        if a == b:
+            return a
+    raise AssertionError(f"FindCoordinator v3 answered {a}, v4 {b}, three times running")
 
 
 def fetch_committed(bootstrap: str, group: str, topic: str, partitions: int) -> tuple[int, dict[int, int]]:
