@@ -166,13 +166,16 @@ def test_idempotent_producer_moving_between_brokers_stays_exact(pg_database: str
 
 
 def stored_batches(raw: psycopg.Connection) -> list[tuple]:
-    """Every stored batch as (log_id, file_id, run base, run last, batch entry), from the runs."""
+    """Every stored batch as (log_id, file_id, run base, run last, batch entry), from the runs; the
+    entries made absolute (id = file_id and index, offsets = the run's base + relative ones)."""
     out = []
     for log_id, file_id, base, last, count, size, max_ts, blob in raw.execute(
             "SELECT log_id, file_id, base_offset, last_offset, batch_count, byte_size, max_timestamp, batches"
             " FROM batch_runs ORDER BY log_id, last_offset").fetchall():
-        entries = list(_RUN_ENTRY.iter_unpack(blob))
-        assert len(entries) == count and entries, "a run's count must match its entries"
+        raw_entries = list(_RUN_ENTRY.iter_unpack(blob))
+        assert len(raw_entries) == count and raw_entries, "a run's count must match its entries"
+        assert all(0 <= e[0] < 1 << BATCH_INDEX_BITS for e in raw_entries), "an entry holds its index in the object"
+        entries = [(file_id << BATCH_INDEX_BITS | e[0], base + e[1], base + e[2], *e[3:]) for e in raw_entries]
         assert (entries[0][1], entries[-1][2], sum(e[4] for e in entries)) == (base, last, size)
         assert max_ts == max(e[5] if e[7] == 1 else e[6] for e in entries)
         out.extend((log_id, file_id, base, last, e) for e in entries)
@@ -474,8 +477,8 @@ def test_old_database_is_migrated_and_keeps_every_batch(pg_database: str, old_ve
     assert [(b.object_key, b.metadata.base_offset, b.metadata.last_offset, b.metadata.byte_offset,
              b.metadata.timestamp_type, b.metadata.producer_id, b.metadata.base_sequence)
             for b in resp.batches] == [("wal/old-a", 3, 5, 101, 1, 7, 0), ("wal/old-b", 6, 8, 201, 0, 7, 3)]
-    ids = {b.batch_id for b in all_batches(c, tip)}
-    assert len(ids) == 3 and all(i >> 62 == 1 for i in ids)
+    ids = {b.batch_id for b in all_batches(c, tip)}  # numbered within their objects
+    assert ids == {files[0] << BATCH_INDEX_BITS, files[0] << BATCH_INDEX_BITS | 1, files[1] << BATCH_INDEX_BITS}
     (latest,) = c.list_offsets([ListOffsetsRequest(tip, ListOffsetsRequest.MAX_TIMESTAMP)])
     assert (latest.offset, latest.timestamp) == (5, T0 + 1)  # LogAppendTime: the append time counts
     # new ids never meet the old ones
@@ -514,6 +517,16 @@ def test_a_hot_partition_is_stored_as_runs_of_bounded_length(pg_database: str) -
                               -1, -1, -1, -1) for i, b in enumerate(replaced)]
     assert c.replace_batches(tip, replaced, "wal/c", 1, 1000, rewrites, T0)
     assert [b.metadata.base_offset for b in all_batches(c, tip)] == list(range(0, 750, 3))
+    # the same through the idempotent path: 150 batches of one producer make runs of 100 and 50
+    responses = c.commit_file("wal/hot-idempotent", 1, 30_000,
+                              [batch(tip, i, pid=4, epoch=0, seq=3 * i) for i in range(150)])
+    assert [(r.errors, r.assigned_base_offset) for r in responses] == [(0, o) for o in range(750, 1200, 3)]
+    with psycopg.connect(pg_database, connect_timeout=10) as raw:
+        assert raw.execute("SELECT batch_count, base_offset FROM batch_runs WHERE base_offset >= 750"
+                           " ORDER BY last_offset").fetchall() == [(100, 750), (50, 1050)]
+    (resp,) = c.find_batches([FindBatchRequest(tip, 1052, 1000)], 1 << 20)
+    assert [(b.metadata.base_offset, b.metadata.base_sequence) for b in resp.batches] == [
+        (o, o - 750) for o in range(1050, 1080, 3)]
     c.close()
     check_invariants(pg_database)
 
@@ -533,9 +546,12 @@ def test_a_field_that_does_not_fit_its_run_entry_refuses_the_commit_whole(pg_dat
 
 
 run_operation = st.one_of(
-    # (partition, records, size, timestamp type) per batch of one object
-    st.tuples(st.just("commit"), st.lists(st.tuples(st.integers(0, 1), st.integers(1, 4), st.integers(1, 50),
-                                                    st.sampled_from([0, 0, 1])), min_size=1, max_size=12)),
+    # (partition, records, size, timestamp type, producer id) per batch of one object; partition 2
+    # does not exist; batches grouped by partition, or interleaved (both paths of a commit)
+    st.tuples(st.just("commit"), st.lists(st.tuples(st.sampled_from([0, 1, 1, 0, 2]), st.integers(1, 4),
+                                                    st.integers(1, 50), st.sampled_from([0, 0, 1]),
+                                                    st.sampled_from([-1, -1, -1, 7])), min_size=1, max_size=12),
+              st.booleans()),
     st.tuples(st.just("delete_records"), st.integers(0, 1), st.integers(0, 80)),
     st.tuples(st.just("retention"), st.integers(0, 1), st.integers(0, 300)),
     # compaction of live batches [i, i + n) of a partition, each rewritten to ``size`` bytes
@@ -559,8 +575,9 @@ def test_batch_runs_answer_as_the_sqlite_coordinator_does(property_database: str
     sqlite = SqliteBatchCoordinator(tmp_path_factory.mktemp("diff") / "c.db", clock=clock)
     pg = PostgresBatchCoordinator(property_database, clock=clock)
     tid = uuid.uuid4()
-    tips = [TopicIdPartition(tid, "d", p) for p in range(2)]
+    tips = [TopicIdPartition(tid, "d", p) for p in range(3)]  # partition 2 is never created
     both = (sqlite, pg)
+    sequences: dict[int, int] = {}  # partition → producer 7's next sequence
 
     def view(c: Any, tip: TopicIdPartition, offset: int, max_bytes: int = 1 << 30) -> tuple:
         (r,) = c.find_batches([FindBatchRequest(tip, offset, max_bytes)], 1 << 30)
@@ -577,12 +594,17 @@ def test_batch_runs_answer_as_the_sqlite_coordinator_does(property_database: str
             clock.now = T0 + 1000 * n + 500
             if kind == "commit":
                 position, requests = 1, []
-                for i, (part, records, size, ts_type) in enumerate(sorted(op[1], key=lambda b: b[0])):
+                for i, (part, records, size, ts_type, pid) in enumerate(
+                        op[1] if op[2] else sorted(op[1], key=lambda b: b[0])):
+                    seq = sequences.get(part, 0) if pid >= 0 else -1
+                    if pid >= 0:
+                        sequences[part] = seq + records
                     requests.append(CommitBatchRequest(i, tips[part], position, size, 0, records - 1,
-                                                       T0 + 1000 * n + i, ts_type))
+                                                       T0 + 1000 * n + i, ts_type, pid, 0 if pid >= 0 else -1,
+                                                       seq, seq + records - 1 if pid >= 0 else -1))
                     position += size
-                answers = [[(r.errors, r.assigned_base_offset) for r in c.commit_file(f"wal/{tid}/{n}", 0, position,
-                                                                                        requests)] for c in both]
+                answers = [[(r.errors, r.assigned_base_offset, r.log_append_time, r.log_start_offset, r.is_duplicate)
+                            for r in c.commit_file(f"wal/{tid}/{n}", 0, position, requests)] for c in both]
                 assert answers[0] == answers[1]
             elif kind == "delete_records":
                 got = [c.delete_records([DeleteRecordsRequest(tips[op[1]], op[2])]) for c in both]
@@ -606,7 +628,7 @@ def test_batch_runs_answer_as_the_sqlite_coordinator_does(property_database: str
                     swapped.append(c.replace_batches(tips[part], replaced, f"wal/{tid}/c{n}", 0, 1 + size * count,
                                                      rewrites, T0))
                 assert swapped[0] == swapped[1]
-        for tip in tips:
+        for tip in tips[:2]:
             (end,) = sqlite.describe_logs([tid])[tip.partition:tip.partition + 1]
             for offset in range(0, end.high_watermark + 2):  # from every offset: a run's every entry
                 assert view(sqlite, tip, offset, 60) == view(pg, tip, offset, 60)

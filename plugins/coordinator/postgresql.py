@@ -24,6 +24,7 @@ advisory lock with ``SET LOCAL lock_timeout`` (see _migrate).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import struct
 import threading
 import time
@@ -184,8 +185,8 @@ _V2 = (
 # Version 3: batch coordinates stored as runs, one row per (object, partition) instead of one
 # per batch (docs/batch-coordinator.md, "Schema and migrations"). A commit of a 1,000-batch object over 100
 # partitions inserts 100 rows, not 1,000: the row and index inserts were most of its time. Each
-# version-2 batch row becomes a run of one batch (its id tagged with bit 62, so it never meets
-# an id of the new scheme); the old table and its id sequence go. The step rewrites the batch
+# version-2 batch row becomes a run of one batch (numbered within its object, so its id follows
+# the new scheme); the old table and its id sequence go. The step rewrites the batch
 # table (a copy, then DROP): it runs before a broker serves, and every broker of a cluster runs
 # the same kcli (a version-2 broker could not read runs, and refuses a version-3 database).
 _V3 = (
@@ -207,7 +208,8 @@ _V3 = (
                                batches)
        SELECT log_id, last_offset, base_offset, file_id, 1, byte_size,
               CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END,
-              int8send(batch_id | (1::bigint << 62)) || int8send(base_offset) || int8send(last_offset)
+              int8send(row_number() OVER (PARTITION BY file_id ORDER BY batch_id) - 1) || int8send(0)
+              || int8send(last_offset - base_offset)
               || int8send(byte_offset) || int4send(byte_size::integer) || int8send(log_append_time)
               || int8send(batch_max_timestamp) || int2send(timestamp_type) || int8send(producer_id)
               || int2send(producer_epoch) || int4send(base_sequence) || int4send(last_sequence)
@@ -218,15 +220,20 @@ _V3 = (
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 
 # One batch in a run's ``batches`` bytes, big-endian as int8send & co. write them (the version-3
-# migration builds them in SQL): batch id, base offset, last offset, byte offset, byte size, log
-# append time, max timestamp, timestamp type, producer id, producer epoch, base and last sequence.
+# migration builds them in SQL): the batch's index in its object, base and last offset relative
+# to the run's base_offset, byte offset, byte size, log append time, max timestamp, timestamp
+# type, producer id, producer epoch, base and last sequence. Nothing in an entry depends on the
+# log's high watermark or the object's file_id, so a commit packs its entries before it knows
+# either, and sends them with the statement that learns both (_COMMIT_PLAIN). _run_entries
+# decodes entries to absolute form: (batch id, base, last, ...the rest as stored).
 _RUN_ENTRY = struct.Struct(">qqqqiqqhqhii")
-_LAST_OFFSET_AT = struct.Struct(">16xq")  # an entry's last offset, read in place
+_LAST_OFFSET_AT = struct.Struct(">16xq")  # an entry's (relative) last offset, read in place
 # A batch's id: its object's file_id shifted left by this, or-ed with the batch's index in the
 # commit (2^24 batches of at least 61 bytes each would make a 1 GiB object; more is refused). Ids
-# stay unique without a sequence round trip per batch; version-2 ids carry bit 62 instead.
+# stay unique without a sequence round trip per batch.
 BATCH_INDEX_BITS = 24
 MAX_BATCHES_PER_OBJECT = 1 << BATCH_INDEX_BITS
+_INDEX_MASK = MAX_BATCHES_PER_OBJECT - 1
 # Batches per run at most: a fetch reads a run whole, so a hot partition's 1,000 batches of one
 # object are 10 runs, not one 72 KB row decoded for the 64 batches of a 1 MiB fetch.
 RUN_MAX_BATCHES = 100
@@ -235,8 +242,9 @@ RUN_MAX_BATCHES = 100
 _FIND_FIRST = (
     "SELECT l.log_id, l.log_start_offset, l.high_watermark,"
     " (SELECT min(first_offset) FROM txn_open t WHERE t.log_id = l.log_id),"
-    " x.last_offset, x.object_key, x.batches"
-    " FROM logs l LEFT JOIN LATERAL (SELECT r.last_offset, r.batches, f.object_key FROM (SELECT * FROM batch_runs"
+    " x.last_offset, x.object_key, x.batches, x.base_offset, x.file_id"
+    " FROM logs l LEFT JOIN LATERAL (SELECT r.last_offset, r.batches, r.base_offset, r.file_id, f.object_key"
+    " FROM (SELECT * FROM batch_runs"
     "  WHERE log_id = l.log_id AND last_offset >= %s AND last_offset < l.high_watermark"
     "  ORDER BY last_offset LIMIT %s) r JOIN files f ON f.file_id = r.file_id) x ON l.log_start_offset <= %s"
     " WHERE l.topic_id = %s AND l.partition = %s ORDER BY x.last_offset"
@@ -253,6 +261,147 @@ _LOCK_LOGS = (
     " FROM logs l JOIN unnest(%b::uuid[], %b::integer[]) AS k (topic_id, partition)"
     " ON l.topic_id = k.topic_id AND l.partition = k.partition ORDER BY l.log_id FOR UPDATE OF l"
 )
+
+# A commit without producer ids, whole, in one statement and so one round trip (autocommit: the
+# statement is its own transaction). The entries arrive packed (relative to their runs, see
+# _RUN_ENTRY) and the offsets come from the logs' rows locked here, in log_id order as
+# _LOCK_LOGS does. Slots (the object's partitions, in first-seen order) carry each partition's
+# offset and byte growth; runs refer to their slot by ordinality and to their entries by
+# position in %(blob)s. Every write depends on the files row: a conflicting key (a commit that
+# already happened) or a claimed intent writes nothing. The upload intent goes either way (an
+# intent must not outlive its object's commit). Integer arrays travel as text ('{1,2}'): the
+# server parses them faster than psycopg dumps Python lists. Returns one row per known slot
+# (slot, high watermark before, log start offset) with the file_id, or a single row without a
+# slot when no partition is known.
+_COMMIT_PLAIN = (
+    "WITH intent AS (DELETE FROM upload_intents WHERE object_key = %(key)s RETURNING 1),"
+    " slot AS (SELECT * FROM unnest(%(tids)b::uuid[], %(parts)s::integer[], %(grow)s::bigint[], %(bytes)s::bigint[])"
+    "  WITH ORDINALITY AS s (topic_id, partition, grow, bytes, slot)),"
+    " locked AS MATERIALIZED (SELECT l.log_id, l.topic_id, l.topic_name, l.log_start_offset, l.high_watermark,"
+    "  s.slot, s.grow, s.bytes FROM logs l JOIN slot s ON l.topic_id = s.topic_id AND l.partition = s.partition"
+    "  ORDER BY l.log_id FOR UPDATE OF l),"
+    " file AS (INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
+    "  marked_for_deletion_at)"
+    "  SELECT %(key)s, %(uploader)s, %(size)s, u.used, CASE WHEN u.used > 0 THEN 'uploaded' ELSE 'deleting' END,"
+    "  %(now)s, CASE WHEN u.used > 0 THEN NULL ELSE %(now)s::bigint END"
+    "  FROM (SELECT coalesce(sum(bytes), 0)::bigint AS used FROM locked) u"
+    "  WHERE NOT %(require)s::boolean OR EXISTS (SELECT 1 FROM intent)"
+    "  ON CONFLICT (object_key) DO NOTHING RETURNING file_id),"
+    " grown AS (UPDATE logs l SET high_watermark = l.high_watermark + k.grow, byte_size = l.byte_size + k.bytes"
+    "  FROM locked k, file WHERE l.log_id = k.log_id),"
+    " runs AS (INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size,"
+    "  max_timestamp, batches)"
+    "  SELECT k.log_id, k.high_watermark + r.last, k.high_watermark + r.first, f.file_id, r.count, r.bytes, r.max_ts,"
+    f"  substring(%(blob)s::bytea FROM (r.start * {_RUN_ENTRY.size} + 1)::integer"
+    f"  FOR (r.count * {_RUN_ENTRY.size})::integer)"
+    "  FROM (SELECT *, sum(count) OVER (ORDER BY n) - count AS start FROM unnest(%(r_slot)s::bigint[],"
+    "   %(r_first)s::bigint[], %(r_last)s::bigint[], %(r_count)s::bigint[], %(r_bytes)s::bigint[],"
+    "   %(r_max_ts)s::bigint[]) WITH ORDINALITY AS r (slot, first, last, count, bytes, max_ts, n)) r"
+    "  JOIN locked k ON k.slot = r.slot CROSS JOIN file f),"
+    " topics AS (INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
+    "  SELECT f.file_id, k.topic_id, min(k.topic_name), sum(k.bytes), sum(k.bytes)"
+    "  FROM locked k CROSS JOIN file f GROUP BY f.file_id, k.topic_id)"
+    " SELECT f.file_id, f.intent, k.slot, k.high_watermark, k.log_start_offset"
+    " FROM (SELECT (SELECT file_id FROM file), EXISTS (SELECT 1 FROM intent)) f (file_id, intent)"
+    " LEFT JOIN locked k ON f.file_id IS NOT NULL"
+)
+
+
+def _array(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers (see _COMMIT_PLAIN)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+@dataclass(slots=True)
+class _PlainCommit:
+    """A commit without producer ids, checked and packed before any database work: per batch its
+    slot and offset relative to its partition's high watermark; _COMMIT_PLAIN's parameters."""
+
+    slots: list[int]
+    rels: list[int]
+    slot_count: int
+    params: dict[str, Any]
+
+
+def _pack_plain(object_key: str, file_size: int, batches: list[CommitBatchRequest], now: int) -> _PlainCommit | None:
+    """Check and pack a commit whose batches carry no producer id; None at the first one that does
+    (the idempotent path needs the producers' stored state first). Raises CoordinatorException
+    for a malformed batch and struct.error for a field its entry cannot hold: before any write.
+
+    Batches come grouped by partition, so the loop keeps the current partition's state in locals
+    and files it per slot (partition, by first appearance) when the partition changes: [next
+    relative offset, bytes, max effective timestamp, packed entries]. An object's batches share
+    their TopicIdPartition objects, hence the lookup by identity first."""
+    keys: dict[tuple[uuid.UUID, int], int] = {}
+    by_tip: dict[int, int] = {}
+    states: list[list] = []
+    slots: list[int] = []
+    rels: list[int] = []
+    pack = _RUN_ENTRY.pack
+    add_slot, add_rel = slots.append, rels.append
+    prev = None
+    slot, rel, size_sum, max_effective, entries = -1, 0, 0, NO_TIMESTAMP, []
+    for i, req in enumerate(batches):
+        tip = req.topic_id_partition
+        if tip is not prev:
+            if slot >= 0:
+                states[slot][:3] = rel, size_sum, max_effective
+            slot = by_tip.get(id(tip), -1)
+            if slot < 0:
+                if not isinstance(tip, TopicIdPartition):
+                    raise CoordinatorException(
+                        f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
+                slot = by_tip[id(tip)] = keys.setdefault((tip.topic_id, tip.partition), len(keys))
+                if slot == len(states):
+                    states.append([0, 0, NO_TIMESTAMP, []])
+            rel, size_sum, max_effective, entries = states[slot]
+            prev = tip
+        pid = req.producer_id
+        if pid >= 0:
+            return None
+        size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
+            req.message_timestamp_type
+        if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
+                or ts_type not in _TIMESTAMP_TYPES:
+            raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
+        max_ts = req.batch_max_timestamp
+        entries.append(pack(i, rel, rel + delta, byte_offset, size, now, max_ts, ts_type, pid, req.producer_epoch,
+                            req.base_sequence, req.last_sequence))
+        ts = now if ts_type == 1 else max_ts
+        if ts > max_effective:
+            max_effective = ts
+        add_slot(slot)
+        add_rel(rel)
+        rel += delta + 1
+        size_sum += size
+    if slot >= 0:
+        states[slot][:3] = rel, size_sum, max_effective
+    # The runs: a partition's entries are relative to its first offset in this object, so a
+    # partition of RUN_MAX_BATCHES batches or fewer is one run as packed; a hot one is cut into
+    # runs whose entries are re-based on each run's first offset.
+    r_slot, r_first, r_last, r_count, r_bytes, r_max_ts, blobs = [], [], [], [], [], [], []
+    for n, (end, size_sum, max_effective, entries) in enumerate(states, 1):
+        if len(entries) <= RUN_MAX_BATCHES:
+            runs = [(0, end - 1, entries, size_sum, max_effective)]
+        else:
+            runs = []
+            for row in _run_rows(0, 0, list(_run_entries(b"".join(entries), 0, 0))):
+                runs.append((row[2], row[1], [row[7]], row[5], row[6]))
+        for first, last, packed, size_sum, max_effective in runs:
+            r_slot.append(n)
+            r_first.append(first)
+            r_last.append(last)
+            r_count.append(sum(len(p) for p in packed) // _RUN_ENTRY.size)
+            r_bytes.append(size_sum)
+            r_max_ts.append(max_effective)
+            blobs.extend(packed)
+    return _PlainCommit(slots, rels, len(states), {
+        "tids": [k[0] for k in keys], "parts": _array(k[1] for k in keys),
+        "grow": _array(st[0] for st in states), "bytes": _array(st[1] for st in states),
+        "r_slot": _array(r_slot), "r_first": _array(r_first), "r_last": _array(r_last),
+        "r_count": _array(r_count), "r_bytes": _array(r_bytes), "r_max_ts": _array(r_max_ts),
+        "blob": b"".join(blobs)})
+
 
 # A commit's producer state goes in two statements: rows read under the logs' locks are UPDATEd
 # (a HOT update each: fillfactor 50, no indexed column changes), new producers INSERTed. One
@@ -296,19 +445,27 @@ def _info(entry: tuple, object_key: str, tip: TopicIdPartition) -> BatchInfo:
         tip, byte_offset, byte_size, base, last, append_time, max_ts, ts_type, pid, epoch, base_seq, last_seq))
 
 
-def _entries_from(blob: bytes, offset: int) -> Iterator[tuple]:
+def _run_entries(blob: bytes | memoryview, base: int, file_id: int) -> Iterator[tuple]:
+    """A run's entries (of the run starting at ``base``, in object ``file_id``) in absolute form."""
+    first_id = file_id << BATCH_INDEX_BITS
+    for index, rel_base, rel_last, *rest in _RUN_ENTRY.iter_unpack(blob):
+        yield (first_id | index, base + rel_base, base + rel_last, *rest)
+
+
+def _entries_from(blob: bytes, base: int, file_id: int, offset: int) -> Iterator[tuple]:
     """A run's entries from the first whose last offset reaches ``offset`` (a binary search: a
     fetch starting inside a run of 100 batches neither decodes nor allocates the ones before)."""
     size = _RUN_ENTRY.size
     lo, hi = 0, len(blob) // size
-    if offset > _LAST_OFFSET_AT.unpack_from(blob, 0)[0]:
+    rel = offset - base
+    if rel > _LAST_OFFSET_AT.unpack_from(blob, 0)[0]:
         while lo < hi:
             mid = (lo + hi) // 2
-            if _LAST_OFFSET_AT.unpack_from(blob, mid * size)[0] < offset:
+            if _LAST_OFFSET_AT.unpack_from(blob, mid * size)[0] < rel:
                 lo = mid + 1
             else:
                 hi = mid
-    return _RUN_ENTRY.iter_unpack(memoryview(blob)[lo * size:])
+    return _run_entries(memoryview(blob)[lo * size:], base, file_id)
 
 
 def _effective_ts(entry: tuple) -> int:
@@ -317,17 +474,18 @@ def _effective_ts(entry: tuple) -> int:
 
 
 def _run_rows(log_id: int, file_id: int, entries: list[tuple]) -> list[tuple]:
-    """batch_runs rows (in _INSERT_RUNS's column order) holding ``entries`` (in offset order),
-    RUN_MAX_BATCHES at most each."""
+    """batch_runs rows (in _INSERT_RUNS's column order) holding ``entries`` (absolute form, of
+    object ``file_id``, in offset order), RUN_MAX_BATCHES at most each."""
     pack = _RUN_ENTRY.pack
     rows = []
     for i in range(0, len(entries), RUN_MAX_BATCHES):
         run = entries[i:i + RUN_MAX_BATCHES]
+        base = run[0][1]
         try:
-            blob = b"".join(pack(*e) for e in run)
+            blob = b"".join(pack(e[0] & _INDEX_MASK, e[1] - base, e[2] - base, *e[3:]) for e in run)
         except struct.error as err:
             raise CoordinatorException(f"a batch field outside Kafka's types ({err})") from None
-        rows.append((log_id, run[-1][2], run[0][1], file_id, len(run), sum(e[4] for e in run),
+        rows.append((log_id, run[-1][2], base, file_id, len(run), sum(e[4] for e in run),
                      max(_effective_ts(e) for e in run), blob))
     return rows
 
@@ -339,10 +497,11 @@ def _insert_runs(cur: psycopg.Cursor, rows: list[tuple]) -> None:
 def _entries_between(cur: psycopg.Cursor, log_id: int, lo: int, hi: int) -> list[tuple]:
     """The log's batches (run entries) whose last offset lies in [lo, hi], in offset order."""
     rows = cur.execute(
-        "SELECT batches FROM batch_runs WHERE log_id = %s AND last_offset >= %s AND last_offset <= coalesce("
-        "(SELECT min(last_offset) FROM batch_runs WHERE log_id = %s AND last_offset > %s), %s) ORDER BY last_offset",
+        "SELECT batches, base_offset, file_id FROM batch_runs WHERE log_id = %s AND last_offset >= %s"
+        " AND last_offset <= coalesce((SELECT min(last_offset) FROM batch_runs WHERE log_id = %s"
+        " AND last_offset > %s), %s) ORDER BY last_offset",
         (log_id, lo, log_id, hi, hi)).fetchall()
-    return [e for (blob,) in rows for e in _RUN_ENTRY.iter_unpack(blob) if lo <= e[2] <= hi]
+    return [e for row in rows for e in _run_entries(*row) if lo <= e[2] <= hi]
 
 
 def _cut_runs(cur: psycopg.Cursor, log_id: int, lo: int | None, hi: int | None) -> dict[int, list[int]]:
@@ -366,8 +525,8 @@ def _cut_runs(cur: psycopg.Cursor, log_id: int, lo: int | None, hi: int | None) 
         if row is not None and row[1] <= hi and not (edges and edges[0][0] == row[0]):
             edges.append(row)
     pieces: list[tuple] = []
-    for last, _base, file_id, blob in edges:
-        entries = list(_RUN_ENTRY.iter_unpack(blob))
+    for last, base, file_id, blob in edges:
+        entries = list(_run_entries(blob, base, file_id))
         gone = [e for e in entries if (lo is None or e[2] >= lo) and (hi is None or e[2] <= hi)]
         if not gone:
             continue
@@ -754,6 +913,16 @@ class PostgresBatchCoordinator(BatchCoordinator):
             raise CoordinatorException(f"invalid commit of {object_key}: file size {file_size}")
         if len(batches) >= MAX_BATCHES_PER_OBJECT:
             raise CoordinatorException(f"invalid commit of {object_key}: {len(batches)} batches in one object")
+        if self._read_only:
+            raise CoordinatorException(f"coordinator {self.path} is open read-only (readonly)")
+        now = self._clock()
+        try:
+            plain = _pack_plain(object_key, file_size, batches, now)
+        except struct.error as err:  # a field that does not fit its run entry (see _RUN_ENTRY)
+            raise CoordinatorException(f"invalid commit of {object_key}: a batch field outside Kafka's types"
+                                       f" ({err})") from None
+        if plain is not None:
+            return self._commit_plain(object_key, uploader_broker_id, file_size, batches, now, require_intent, plain)
         # Each partition of the object gets a slot (0, 1, ...); batches and producers refer to it,
         # so the loops below hash ints, not UUIDs (Python-level hashing: ~1 ms per 1,000 batches).
         # An object's batches share their TopicIdPartition objects, hence the lookup by identity.
@@ -775,9 +944,6 @@ class PostgresBatchCoordinator(BatchCoordinator):
             slots.append(slot)
             if req.producer_id >= 0:
                 pairs.add((slot, req.producer_id))
-        if self._read_only:
-            raise CoordinatorException(f"coordinator {self.path} is open read-only (readonly)")
-        now = self._clock()
         # Round trips cost most under load (each wakes the server and this process): the
         # statements before the Python checks go in one pipeline, the writes after them (the
         # runs, the logs' new high watermarks, producer state) go with the COMMIT in another.
@@ -792,6 +958,30 @@ class PostgresBatchCoordinator(BatchCoordinator):
             except BaseException:
                 _rollback(conn)
                 raise
+
+    def _commit_plain(self, object_key: str, uploader_broker_id: int, file_size: int,
+                      batches: list[CommitBatchRequest], now: int, require_intent: bool,
+                      plain: _PlainCommit) -> list[CommitBatchResponse]:
+        """A commit without producer ids: one statement (_COMMIT_PLAIN), one round trip."""
+        with self._conn() as conn:
+            rows = conn.execute(_COMMIT_PLAIN, {
+                "key": object_key, "uploader": uploader_broker_id, "size": file_size, "now": now,
+                "require": require_intent, **plain.params}).fetchall()
+        file_id, intent = rows[0][:2]
+        if file_id is None:
+            if require_intent and not intent:
+                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            raise CoordinatorException(f"object {object_key} is already committed")
+        count = plain.slot_count
+        bases: list[int | None] = [None] * count
+        starts = [0] * count
+        for _fid, _intent, slot, hwm, lso in rows:
+            if slot is not None:
+                bases[slot - 1], starts[slot - 1] = hwm, lso
+        ok, unknown = CommitBatchResponse, CommitBatchResponse.of_error
+        return [unknown(UNKNOWN_TOPIC_OR_PARTITION, req) if bases[slot] is None else
+                ok(NONE, bases[slot] + rel, now, starts[slot], False, req)  # type: ignore[operator]
+                for req, slot, rel in zip(batches, plain.slots, plain.rels)]
 
     def _commit(self, conn: psycopg.Connection, cur: psycopg.Cursor, object_key: str, uploader_broker_id: int,
                 file_size: int, batches: list[CommitBatchRequest], keys: dict[tuple[uuid.UUID, int], int],
@@ -838,7 +1028,6 @@ class PostgresBatchCoordinator(BatchCoordinator):
         responses: list[CommitBatchResponse] = []
         txn_events: list[TxnEvent] = []
         pack = _RUN_ENTRY.pack
-        first_id = file_id << BATCH_INDEX_BITS
         for i, req in enumerate(batches):
             size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
                 req.message_timestamp_type
@@ -893,7 +1082,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
             st[2] = last + 1
             st[3] += size
             max_ts = req.batch_max_timestamp
-            st[6].append(pack(first_id | i, base, last, byte_offset, size, now, max_ts, ts_type, pid,
+            hwm = st[4]  # the run's base offset: entries are relative to it
+            st[6].append(pack(i, base - hwm, last - hwm, byte_offset, size, now, max_ts, ts_type, pid,
                               req.producer_epoch, base_seq, last_seq))
             ts = now if ts_type == 1 else max_ts
             if ts > st[7]:
@@ -920,7 +1110,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
                         [g[1][7] for g in grown], [b"".join(g[1][6]) for g in grown]))
                 else:  # a hot partition: its batches split into several runs
                     _insert_runs(cur, [row for log_id, st in grown for row in _run_rows(
-                        log_id, file_id, list(_RUN_ENTRY.iter_unpack(b"".join(st[6]))))])
+                        log_id, file_id, list(_run_entries(b"".join(st[6]), st[4], file_id)))])
                 cur.execute(
                     "UPDATE logs l SET high_watermark = v.hwm, byte_size = v.size"
                     " FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS v (log_id, hwm, size)"
@@ -1008,12 +1198,14 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 found: list[BatchInfo] = []
                 if req.offset < end and (budget > 0 or min_one):
                     taken = 0
-                    chunk = [row[4:] for row in rows if row[4] is not None]  # (last offset, key, entries)
+                    # (last offset, key, entries, base offset, file_id)
+                    chunk = [row[4:] for row in rows if row[4] is not None]
                     limit = FIND_FIRST_CHUNK
                     done = False
                     while True:
-                        for _last, key, blob in chunk:
-                            for e in _entries_from(blob, req.offset):  # the first run may start before it
+                        for _last, key, blob, base, file_id in chunk:
+                            # the first run may start before the offset
+                            for e in _entries_from(blob, base, file_id, req.offset):
                                 size = e[4]
                                 if e[1] >= end or (taken + size > budget and not (min_one and not found)):
                                     done = True
@@ -1029,7 +1221,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
                             break
                         limit = min(limit * 8, FIND_CHUNK)
                         chunk = conn.execute(
-                            "SELECT r.last_offset, f.object_key, r.batches FROM (SELECT * FROM batch_runs"
+                            "SELECT r.last_offset, f.object_key, r.batches, r.base_offset, r.file_id"
+                            " FROM (SELECT * FROM batch_runs"
                             " WHERE log_id = %s AND last_offset > %s AND last_offset < %s ORDER BY last_offset"
                             " LIMIT %s) r JOIN files f ON f.file_id = r.file_id ORDER BY r.last_offset",
                             (log_id, chunk[-1][0], hwm, limit),
@@ -1077,18 +1270,18 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     if ts == ListOffsetsRequest.MAX_TIMESTAMP:
                         # Batch granularity: the last offset of the earliest batch holding the max timestamp.
                         row = conn.execute(
-                            "SELECT max_timestamp, batches FROM batch_runs WHERE log_id = %s"
+                            "SELECT max_timestamp, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
                             " ORDER BY max_timestamp DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone()
                         if row is not None:
-                            hit = next((e[2], row[0]) for e in _RUN_ENTRY.iter_unpack(row[1])
+                            hit = next((e[2], row[0]) for e in _run_entries(*row[1:])
                                        if _effective_ts(e) == row[0])
                     else:
                         # The first batch whose timestamp reaches ts; its base offset.
                         row = conn.execute(
-                            "SELECT batches FROM batch_runs WHERE log_id = %s AND max_timestamp >= %s"
-                            " ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
+                            "SELECT batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
+                            " AND max_timestamp >= %s ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
                         if row is not None:
-                            hit = next((e[1], _effective_ts(e)) for e in _RUN_ENTRY.iter_unpack(row[0])
+                            hit = next((e[1], _effective_ts(e)) for e in _run_entries(*row)
                                        if _effective_ts(e) >= ts)
                     if hit is None:
                         out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
@@ -1212,10 +1405,10 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 scanning = True
                 while scanning:
                     chunk = cur.execute(
-                        "SELECT last_offset, batches FROM batch_runs WHERE log_id = %s"
+                        "SELECT last_offset, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
                         " AND last_offset > %s ORDER BY last_offset LIMIT %s", (log_id, after, FIND_CHUNK)).fetchall()
-                    for _run_last, blob in chunk:
-                        for e in _RUN_ENTRY.iter_unpack(blob):
+                    for _run_last, *run in chunk:
+                        for e in _run_entries(*run):
                             bsize = e[4]
                             by_time = retention_ms >= 0 and _effective_ts(e) < horizon
                             # Kafka's size rule: drop a batch only if what stays is still >= retention.bytes.
@@ -1307,13 +1500,13 @@ class PostgresBatchCoordinator(BatchCoordinator):
     def batches_in_file(self, object_key: str) -> list[BatchInfo]:
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT r.batches, l.topic_id, l.topic_name, l.partition FROM files f"
+                "SELECT r.batches, r.base_offset, r.file_id, l.topic_id, l.topic_name, l.partition FROM files f"
                 " JOIN batch_runs r ON r.file_id = f.file_id JOIN logs l ON l.log_id = r.log_id"
                 " WHERE f.object_key = %s", (object_key,)).fetchall()
         out = []
-        for blob, tid, name, part in rows:
+        for blob, base, file_id, tid, name, part in rows:
             tip = TopicIdPartition(tid, name, part)
-            out.extend(_info(e, object_key, tip) for e in _RUN_ENTRY.iter_unpack(blob))
+            out.extend(_info(e, object_key, tip) for e in _run_entries(blob, base, file_id))
         out.sort(key=lambda b: b.metadata.byte_offset)
         return out
 
