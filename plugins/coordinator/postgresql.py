@@ -24,12 +24,12 @@ advisory lock with ``SET LOCAL lock_timeout`` (see _migrate).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import struct
 import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -448,8 +448,10 @@ def _info(entry: tuple, object_key: str, tip: TopicIdPartition) -> BatchInfo:
 def _run_entries(blob: bytes | memoryview, base: int, file_id: int) -> Iterator[tuple]:
     """A run's entries (of the run starting at ``base``, in object ``file_id``) in absolute form."""
     first_id = file_id << BATCH_INDEX_BITS
-    for index, rel_base, rel_last, *rest in _RUN_ENTRY.iter_unpack(blob):
-        yield (first_id | index, base + rel_base, base + rel_last, *rest)
+    return ((first_id | index, base + rel_base, base + rel_last, byte_offset, size, append_time, max_ts, ts_type, pid,
+             epoch, base_seq, last_seq)  # fields named, not *rest: half the CPU per entry
+            for index, rel_base, rel_last, byte_offset, size, append_time, max_ts, ts_type, pid, epoch, base_seq,
+            last_seq in _RUN_ENTRY.iter_unpack(blob))
 
 
 def _entries_from(blob: bytes, base: int, file_id: int, offset: int) -> Iterator[tuple]:
