@@ -122,6 +122,8 @@ CASES: dict[str, list[Case]] = {
         C("dump-log", "{segment}", "--object-key", "wal/x", needle="--coordinator"),
         C("dump-log", "{segment}", "--coordinator", "mysql://db/x", needle="mysql"),
         C("dump-log", "{segment}", "--coordinator", "{tmp}/no-such-coordinator.db", needle="no-such-coordinator.db"),
+        # a port that is not a number, and a password that must not show
+        C("dump-log", "{segment}", "--coordinator", "postgresql://u:s3cret@h:abc/db", needle="postgresql://u:***@h:abc/db"),
         C("dump-log", "{segment}", "-o", "yaml", needle="yaml"),
     ],
     "completion": [

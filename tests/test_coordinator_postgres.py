@@ -358,6 +358,29 @@ def test_database_restart_fails_calls_then_they_succeed_on_their_own(pg_server: 
     c.close()
 
 
+def test_connections_broken_by_a_restart_are_replaced_before_a_call_uses_them(pg_server: PgServer) -> None:
+    """The pool's idle connections die with the server; once it is back, the very first calls
+    succeed: the checkout finds each dead connection and opens a new one."""
+    url = pg_server.url(pg_server.create_database())
+    c = PostgresBatchCoordinator(url, **{"pool.min.size": "2", "pool.max.size": "2"})
+    (tip,) = new_topic(c, 1)
+    assert c.commit_file("wal/before", 1, 101, [batch(tip, 0)])[0].assigned_base_offset == 0
+    pg_server.stop()
+    pg_server.start()
+    for n in range(3):  # both pooled connections, then one of the new ones again
+        assert c.commit_file(f"wal/after-{n}", 1, 101, [batch(tip, 0)])[0].assigned_base_offset == 3 * (n + 1)
+    (log,) = c.describe_logs([tip.topic_id])
+    assert log.high_watermark == 12
+    c.close()
+
+
+def test_a_password_in_the_url_never_reaches_a_message() -> None:
+    url = "postgresql://kcli:s3cret@127.0.0.1:1/db"  # nothing listens on port 1
+    with pytest.raises(CoordinatorException) as err:
+        PostgresBatchCoordinator(url, **{"connect.timeout.ms": "1000"})
+    assert "s3cret" not in str(err.value) and "postgresql://kcli:***@127.0.0.1:1/db" in str(err.value)
+
+
 def test_connect_timeout_to_a_silent_server_is_bounded() -> None:
     """A port that accepts TCP but never answers (a hung server, a black-holing proxy): the
     open fails after connect.timeout.ms, it does not hang."""

@@ -41,6 +41,7 @@ from kcli.broker.groups import (
     OffsetStoreError,
     apply_offset_record,
 )
+from kcli.cluster.pgconn import check_connection
 
 log = logging.getLogger("kcli.cluster.offsets")
 
@@ -86,7 +87,7 @@ class PostgresOffsetStore:
         if self._pool is not None:
             return
         self._pool = ConnectionPool(self.url, kwargs=self._kwargs, min_size=1, max_size=2, timeout=self._timeout,
-                                    open=False, check=ConnectionPool.check_connection, name="kcli-offsets",
+                                    open=False, check=check_connection, name="kcli-offsets",
                                     reconnect_timeout=max(60.0, self._timeout * 4))
         self._pool.open(wait=False)
 

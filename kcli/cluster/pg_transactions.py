@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from kcli.broker.transactions import TransactionFencedError, TransactionMetadata, TransactionStateError
+from kcli.cluster.pgconn import check_connection
 
 log = logging.getLogger("kcli.cluster.transactions")
 
@@ -60,7 +61,7 @@ class PgTransactionStore:
     def open(self) -> dict[str, TransactionMetadata]:
         if self._pool is None:
             self._pool = ConnectionPool(self.url, kwargs=self._kwargs, min_size=1, max_size=2, timeout=self._timeout,
-                                        open=False, check=ConnectionPool.check_connection, name="kcli-transactions",
+                                        open=False, check=check_connection, name="kcli-transactions",
                                         reconnect_timeout=max(60.0, self._timeout * 4))
             self._pool.open(wait=False)
         return {}

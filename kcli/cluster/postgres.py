@@ -36,7 +36,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from kio.schema.errors import ErrorCode
@@ -54,6 +53,7 @@ from kcli.cluster.migrations import migrate
 from kcli.cluster.pg_offsets import PostgresOffsetStore
 from kcli.cluster.pg_remote_log import PgRemoteLogMetadataStore
 from kcli.cluster.pg_transactions import PgTransactionStore
+from kcli.cluster.pgconn import check_connection, redact
 from kcli.cluster.state import (
     BrokerRegistration,
     ClusterStoreError,
@@ -88,18 +88,6 @@ NOTIFY_PAYLOAD_MAX = 7900  # PostgreSQL's limit is 8000 bytes
 FETCH_BATCH = 5000
 REFRESH_S = 1.0  # live brokers and controller election are refreshed this often
 DB_ERRORS = (psycopg.Error, PoolTimeout, OSError)
-
-
-def redact(url: str) -> str:
-    """The URL without a password, for messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<bad url>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def reason(err: BaseException) -> str:
@@ -168,7 +156,7 @@ class PostgresClusterStore:
                 migrate(conn)
             self._pool = ConnectionPool(self.url, kwargs=self._kwargs("pool"), min_size=1, max_size=4,
                                         timeout=self.settings.connect_timeout_s, open=False,
-                                        check=ConnectionPool.check_connection, name="kcli-cluster",
+                                        check=check_connection, name="kcli-cluster",
                                         reconnect_timeout=max(60.0, self.settings.connect_timeout_s * 4))
             self._pool.open(wait=True, timeout=self.settings.connect_timeout_s)
             while True:

@@ -88,7 +88,7 @@ def open_metadata_source(uri: str) -> tuple[BatchLookup, Callable[[], None]]:
     """``sqlite:///path/to/coordinator.db`` (or a plain path), or ``postgresql://...`` → (lookup, close)."""
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres") and "://" in uri:
         from plugins.coordinator import open_coordinator
-        from plugins.coordinator.postgresql import redact
+        from kcli.cluster.pgconn import redact
 
         try:
             pg = open_coordinator(uri, read_only=True)  # read-only transactions: a dump changes nothing

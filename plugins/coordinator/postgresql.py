@@ -31,11 +31,12 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from kcli.cluster.pgconn import check_connection, redact
 from plugins.coordinator.base import (
     FILE_STATE_DELETING,
     FILE_STATE_UPLOADED,
@@ -635,16 +636,6 @@ def _guarded(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def redact(url: str) -> str:
-    """The URL without its password (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def _positive_int(configs: dict[str, str], key: str, default: int) -> int:
     raw = configs.get(key)
     if raw is None or raw == "":
@@ -733,7 +724,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 url, min_size=min_size, max_size=max_size, kwargs=kwargs, timeout=pool_timeout_ms / 1000,
                 # A connection broken by a server restart is found (and replaced) at checkout,
                 # not by the caller's statement: calls succeed again once the server is back.
-                check=ConnectionPool.check_connection,
+                check=check_connection,
                 reconnect_timeout=max(pool_timeout_ms / 1000, 1.0), name="kcli-coordinator", open=False,
             )
             self._pool.open(wait=False)
