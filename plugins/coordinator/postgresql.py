@@ -88,6 +88,7 @@ from plugins.coordinator.sqlite import (
     _describe_bad,
     check_replacement,
     _Producer,
+    sql_filters,
 )
 from plugins.coordinator.txn import TxnChanges, TxnEvent, apply_events
 
@@ -324,6 +325,15 @@ class _PlainCommit:
     params: dict[str, Any]
 
 
+def _new_slot(keys: dict[tuple[uuid.UUID, int], int], tip: TopicIdPartition, object_key: str, i: int) -> int:
+    """The slot of a partition met under a TopicIdPartition object not seen before in the commit
+    (the same partition may come as several equal objects): its first-seen position."""
+    if not isinstance(tip, TopicIdPartition):
+        raise CoordinatorException(
+            f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
+    return keys.setdefault((tip.topic_id, tip.partition), len(keys))
+
+
 def _pack_plain(object_key: str, file_size: int, batches: list[CommitBatchRequest], now: int) -> _PlainCommit | None:
     """Check and pack a commit whose batches carry no producer id; None at the first one that does
     (the idempotent path needs the producers' stored state first). Raises CoordinatorException
@@ -349,10 +359,7 @@ def _pack_plain(object_key: str, file_size: int, batches: list[CommitBatchReques
                 states[slot][:3] = rel, size_sum, max_effective
             slot = by_tip.get(id(tip), -1)
             if slot < 0:
-                if not isinstance(tip, TopicIdPartition):
-                    raise CoordinatorException(
-                        f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
-                slot = by_tip[id(tip)] = keys.setdefault((tip.topic_id, tip.partition), len(keys))
+                slot = by_tip[id(tip)] = _new_slot(keys, tip, object_key, i)
                 if slot == len(states):
                     states.append([0, 0, NO_TIMESTAMP, []])
             rel, size_sum, max_effective, entries = states[slot]
@@ -541,15 +548,9 @@ def _cut_runs(cur: psycopg.Cursor, log_id: int, lo: int | None, hi: int | None) 
                      [e for e in entries if hi is not None and e[2] > hi]):
             if part:
                 pieces.extend(_run_rows(log_id, file_id, part))
-    clauses, params = ["log_id = %s"], [log_id]
-    if lo is not None:
-        clauses.append("base_offset >= %s")
-        params.append(lo)
-    if hi is not None:
-        clauses.append("last_offset <= %s")
-        params.append(hi)
+    where, params = sql_filters((("log_id = %s", log_id), ("base_offset >= %s", lo), ("last_offset <= %s", hi)))
     for file_id, size, count in cur.execute(
-            f"WITH d AS (DELETE FROM batch_runs WHERE {' AND '.join(clauses)} RETURNING file_id, byte_size,"
+            f"WITH d AS (DELETE FROM batch_runs{where} RETURNING file_id, byte_size,"
             " batch_count) SELECT file_id, sum(byte_size), sum(batch_count) FROM d GROUP BY file_id", params).fetchall():
         acc = freed.setdefault(file_id, [0, 0])
         acc[0] += int(size)
@@ -929,10 +930,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
             if tip is not prev:  # batches come grouped by partition: one lookup per group
                 slot = by_tip.get(id(tip))
                 if slot is None:
-                    if not isinstance(tip, TopicIdPartition):
-                        raise CoordinatorException(
-                            f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
-                    slot = by_tip[id(tip)] = keys.setdefault((tip.topic_id, tip.partition), len(keys))
+                    slot = by_tip[id(tip)] = _new_slot(keys, tip, object_key, i)
                 prev = tip
             slots.append(slot)
             if req.producer_id >= 0:
@@ -1458,25 +1456,15 @@ class PostgresBatchCoordinator(BatchCoordinator):
     ) -> list[FileInfo]:
         if state is not None and state not in (FILE_STATE_UPLOADED, FILE_STATE_DELETING):
             raise CoordinatorException(f"unknown file state {state!r} (expected uploaded or deleting)")
-        clauses, params = [], []
-        if state is not None:
-            clauses.append("f.state = %s")
-            params.append(state)
-        if object_key is not None:
-            clauses.append("f.object_key = %s")
-            params.append(object_key)
-        if topic_id is not None:
-            clauses.append("EXISTS (SELECT 1 FROM file_topics ft WHERE ft.file_id = f.file_id AND ft.topic_id = %s)")
-            params.append(topic_id)
+        where, params = sql_filters((
+            ("f.state = %s", state), ("f.object_key = %s", object_key),
+            ("EXISTS (SELECT 1 FROM file_topics ft WHERE ft.file_id = f.file_id AND ft.topic_id = %s)", topic_id)))
         query = (
             "SELECT f.file_id, f.object_key, f.file_size, f.used_size, f.state, f.committed_at,"
             " f.marked_for_deletion_at, f.uploader,"
             " (SELECT coalesce(sum(batch_count), 0) FROM batch_runs r WHERE r.file_id = f.file_id)"
-            " FROM files f"
+            f" FROM files f{where} ORDER BY f.committed_at, f.file_id"
         )
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY f.committed_at, f.file_id"
         out = []
         with self._conn() as conn:
             rows = conn.execute(query, params).fetchall()

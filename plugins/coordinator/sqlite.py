@@ -481,6 +481,15 @@ def _checkpoint_key(log_id: int) -> str:
     return f"cleaner.checkpoint.{log_id}"
 
 
+def sql_filters(conditions: Iterable[tuple[str, object]]) -> tuple[str, list]:
+    """``" WHERE a AND b"`` (or ``""``) and its parameters, from (clause, value) pairs: a pair whose
+    value is None is left out. The optional filters of a listing or a range delete, in either
+    database's placeholder style (the clauses carry their placeholders)."""
+    chosen = [(clause, value) for clause, value in conditions if value is not None]
+    where = " WHERE " + " AND ".join(clause for clause, _ in chosen) if chosen else ""
+    return where, [value for _, value in chosen]
+
+
 def check_replacement(tip: TopicIdPartition, replaced: list[BatchInfo], batches: list[BatchMetadata],
                       file_size: int) -> None:
     """CoordinatorException unless each rewrite keeps the offsets of one replaced batch, in order,
@@ -1397,24 +1406,16 @@ class SqliteBatchCoordinator(BatchCoordinator):
         if state is not None and state not in (FILE_STATE_UPLOADED, FILE_STATE_DELETING):
             raise CoordinatorException(f"unknown file state {state!r} (expected uploaded or deleting)")
         db = self._conn()
-        clauses, params = [], []
-        if state is not None:
-            clauses.append("f.state = ?")
-            params.append(state)
-        if object_key is not None:
-            clauses.append("f.object_key = ?")
-            params.append(object_key)
-        if topic_id is not None:
-            clauses.append("EXISTS (SELECT 1 FROM file_topics ft WHERE ft.file_id = f.file_id AND ft.topic_id = ?)")
-            params.append(str(topic_id))
+        where, params = sql_filters((
+            ("f.state = ?", state), ("f.object_key = ?", object_key),
+            ("EXISTS (SELECT 1 FROM file_topics ft WHERE ft.file_id = f.file_id AND ft.topic_id = ?)",
+             None if topic_id is None else str(topic_id))))
         sql = (
             "SELECT f.file_id, f.object_key, f.file_size, f.used_size, f.state, f.committed_at,"
             " f.marked_for_deletion_at, f.uploader,"
-            f" (SELECT COUNT(*) FROM {_FILE_BATCHES} WHERE fl.file_id = f.file_id) FROM files f"
+            f" (SELECT COUNT(*) FROM {_FILE_BATCHES} WHERE fl.file_id = f.file_id) FROM files f{where}"
+            " ORDER BY f.committed_at, f.file_id"
         )
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY f.committed_at, f.file_id"
         out = []
         db.execute("BEGIN")
         try:
