@@ -23,6 +23,12 @@ lines after the table are diagnostics: which timed calls contained a full (gener
 collection of the process, counted from ``gc.get_stats()`` outside the timed window. Each object's
 requests are built just before its commit, and what setup left alive is frozen (``gc.freeze()``)
 so that those collections cost what the coordinator's own garbage costs, not the bench's.
+
+With PostgreSQL two more diagnostics say how much of a commit faster client code could remove:
+each commit scenario's time spent waiting on the database (wall minus this thread's CPU: the
+server's work, loopback and the scheduler), and the server's floor on this host, measured after the
+scenarios on the same server: a round trip (``SELECT 1``) and a durable commit of one WAL record
+(see database_floor).
 """
 
 from __future__ import annotations
@@ -158,6 +164,7 @@ def main() -> None:
         try:
             throughput, crossings = run_scenarios(args, coord, rng, results, wal)
             coord.close()
+            floor = database_floor(url, args.finds) if url else None
             if url:
                 import psycopg
 
@@ -183,7 +190,7 @@ def main() -> None:
 
                 stop_pg_server(server)
                 shutil.rmtree(server.data_dir.parent, ignore_errors=True)
-    report(args, calibration_ms, results, throughput, kind, db_size, crossings)
+    report(args, calibration_ms, results, throughput, kind, db_size, crossings, floor)
 
 
 class WalProbe:
@@ -222,6 +229,28 @@ def recycle_wal_segments(url: str, args: argparse.Namespace) -> None:
             conn.execute("SELECT pg_switch_wal()")
         conn.execute("DROP TABLE kcli_bench_wal_warmup")
         conn.execute("CHECKPOINT")
+
+
+def database_floor(url: str, calls: int) -> dict[str, list[float]]:
+    """What any call pays on this server and host, whatever the coordinator does: a round trip
+    (``SELECT 1``) and a durable commit. A transaction whose only WAL is its commit record is not
+    flushed; one transactional logical message (no table needed, any wal_level) makes it flush, as
+    a commit that wrote rows does. That function wants a superuser: without one, that line is left out."""
+    import psycopg
+
+    floor: dict[str, list[float]] = {}
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        for name, sql in (("round trip (SELECT 1)", "SELECT 1"),
+                          ("durable commit (one WAL record, its flush)",
+                           "SELECT pg_logical_emit_message(true, 'kcli-bench', '')")):
+            wall: list[float] = []
+            try:
+                for _ in range(calls):
+                    timed(lambda: conn.execute(sql).fetchall(), wall, [])
+            except psycopg.errors.InsufficientPrivilege:
+                continue
+            floor[name] = wall
+    return floor
 
 
 def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random.Random, results: list,
@@ -295,7 +324,7 @@ def run_scenarios(args: argparse.Namespace, coord: BatchCoordinator, rng: random
 
 
 def report(args: argparse.Namespace, calibration_ms: float, results: list, throughput: dict[str, float], kind: str,
-           db_size: float, crossings: dict[str, list[int]]) -> None:
+           db_size: float, crossings: dict[str, list[int]], floor: dict[str, list[float]] | None = None) -> None:
     # Figures of the PostgreSQL run are recorded under their own names (the SQLite ones stay).
     prefix = "coordinator" if kind.startswith("SQLite") else "postgresql coordinator"
     print(f"{kind}; CPU calibration sum(range(10**6)) = {calibration_ms:.1f} ms; load average"
@@ -325,6 +354,18 @@ def report(args: argparse.Namespace, calibration_ms: float, results: list, throu
             print(f"  {name}: {len(crossed)} of {len(wall)} calls crossed into a new WAL segment"
                   f" ({', '.join(f'{wall[i]:.1f}' for i in crossed) or '-'} ms wall); P99 of the others"
                   f" {pct(others, 99):.2f} ms")
+    if floor is not None:
+        # A remote coordinator's call is this thread's CPU plus waiting (the server's work, the
+        # network, the scheduler): the wait's P99 bounds what faster client code could reach.
+        for name, wall, cpu, _, _ in results:
+            if name.startswith("commit_file"):
+                waited = [w - c for w, c in zip(wall, cpu)]
+                print(f"  {name}: waiting on the database (wall - CPU) P50 {statistics.median(waited):.2f},"
+                      f" P99 {pct(waited, 99):.2f} ms")
+                record(f"{prefix} {name}, waiting P99", round(pct(waited, 99), 2), unit="ms", better="lower")
+        for name, wall in floor.items():
+            print(f"  floor, {name}: P50 {statistics.median(wall):.2f}, P99 {pct(wall, 99):.2f} ms")
+            record(f"{prefix} floor, {name}, wall P99", round(pct(wall, 99), 2), unit="ms", better="lower")
     for label, rate in throughput.items():
         print(f"commit throughput, {label:<38}{rate:>12,.0f} batches/s")
         record(f"{prefix} commit throughput, {label}", round(rate), unit="batches/s")

@@ -790,9 +790,9 @@ def test_broker_with_a_postgresql_coordinator_serves_diskless_topics_across_a_re
 
 
 def test_bench_measures_a_postgresql_coordinator_and_names_wal_segment_crossings(pg_database: str) -> None:
-    """bench/coordinator_bench.py against an existing database: the table, and which timed commits
+    """bench/coordinator_bench.py against an existing database: the table, which timed commits
     crossed into a new WAL segment (docs/performance.md explains why those are the P99 on a
-    fresh server)."""
+    fresh server), the time each commit scenario waited on the database, and the server's floor."""
     bench = Path(__file__).resolve().parents[1] / "bench" / "coordinator_bench.py"
     out = subprocess.run([sys.executable, str(bench), "--coordinator", pg_database, "--commits", "4", "--batches",
                           "20", "--partitions", "10", "--finds", "8"], capture_output=True, text=True, timeout=120)
@@ -803,3 +803,11 @@ def test_bench_measures_a_postgresql_coordinator_and_names_wal_segment_crossings
         "commit_file 1,000 batches, no producer ids", "commit_file 1,000 batches, idempotent, 50 producers"]
     assert all(re.search(r": [0-4] of 4 calls crossed into a new WAL segment \(.*\); P99 of the others", line)
                for line in lines), lines
+    # How much of a commit is waiting on the database, and the server's floor on this host.
+    waits = re.findall(r"^  (commit_file [^:]*): waiting on the database \(wall - CPU\) P50 ([0-9.]+), P99 ([0-9.]+) ms$",
+                       out.stdout, re.M)
+    assert [w[0] for w in waits] == [
+        "commit_file 1,000 batches, no producer ids", "commit_file 1,000 batches, idempotent, 50 producers"]
+    assert all(0 <= float(p50) <= float(p99) for _, p50, p99 in waits), waits
+    floors = re.findall(r"^  floor, (.*): P50 ([0-9.]+), P99 ([0-9.]+) ms$", out.stdout, re.M)
+    assert [f[0] for f in floors] == ["round trip (SELECT 1)", "durable commit (one WAL record, its flush)"]
