@@ -3,41 +3,15 @@
 from __future__ import annotations
 
 import os
-import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port_below_ephemeral(host: str = "127.0.0.1") -> int:
-    """A free port below the kernel's ephemeral range, for a broker that will be restarted.
-
-    A port the kernel picked (``--listen host:0``) lies in the ephemeral range: while its broker
-    is down for a restart, any outgoing connection of this machine may take it as its source port
-    (a client reconnecting to it may even connect to itself), and the restart then fails with
-    "Address already in use". Below the range no connection gets it."""
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = random.randrange(10000, max(10001, low))
-        with socket.socket() as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-        return port
-    return 0  # nothing free: let the kernel choose
+from kcli.ports import free_ports
 
 
 class BrokerProcess:
@@ -62,7 +36,7 @@ class BrokerProcess:
         for attempt in range(5):
             chosen = self.port == 0 and "listeners" not in self.configs
             if chosen:
-                self.port = free_port_below_ephemeral(self.host)
+                self.port = free_ports(1, self.host)[0]  # below the ephemeral range: kept by restarts
             try:
                 return self._start(timeout)
             except RuntimeError as err:

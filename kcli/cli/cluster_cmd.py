@@ -44,7 +44,9 @@ def start(
     """Start PostgreSQL and N brokers in the background and print the bootstrap list.
 
     Over a stopped cluster's directory it starts that cluster again (same node ids, ports and
-    database); over a running one it refuses. If a step fails, what was started is stopped again.
+    database); over one whose brokers or PostgreSQL are partly down (a broker killed) it starts
+    only those and leaves the running ones alone; over a running one it refuses. If a step fails,
+    what was started is stopped again.
 
     Example: kcli cluster start --brokers 3 --racks a,b,c --data-dir /var/tmp/kcli-cluster
     """
@@ -58,8 +60,17 @@ def start(
     cluster = result.cluster
 
     def table() -> None:
-        verb = "Restarted" if result.restarted else "Started"
-        typer.echo(f"{verb} a {len(cluster.brokers)}-broker cluster in {cluster.data_dir}")
+        whole = len(result.started_brokers) == len(cluster.brokers) and result.started_postgresql
+        if not result.restarted:
+            typer.echo(f"Started a {len(cluster.brokers)}-broker cluster in {cluster.data_dir}")
+        elif whole:
+            typer.echo(f"Restarted a {len(cluster.brokers)}-broker cluster in {cluster.data_dir}")
+        else:
+            ids = result.started_brokers
+            parts = ([f"broker{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"] if ids else []) + (
+                ["PostgreSQL"] if result.started_postgresql else [])
+            typer.echo(f"Restarted {' and '.join(parts)} of the {len(cluster.brokers)}-broker cluster in"
+                       f" {cluster.data_dir}; the rest was running")
         typer.echo(f"PostgreSQL: {cluster.postgresql.url}")
         typer.echo(f"Object store: {cluster.object_store}")
         print_table([{"node_id": b.node_id, "rack": b.rack, "listener": b.listener, "pid": b.pid, "log": b.log}

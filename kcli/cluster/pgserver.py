@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import stat
 import subprocess
 import uuid
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kcli.errors import OperationError
+from kcli.ports import free_ports
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
@@ -76,10 +76,9 @@ def server_os_user() -> str | None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on right now, below the ephemeral range, so that the server keeps
+    it across restarts (kcli/ports.py)."""
+    return free_ports(1, host)[0]
 
 
 def unreachable_ancestor(path: Path, user: str) -> Path | None:

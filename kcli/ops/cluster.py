@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kcli.errors import OperationError, UsageError
+from kcli.ports import free_ports
 
 CLUSTER_FILE = "cluster.json"
 LOCK_FILE = ".cluster.lock"
@@ -147,9 +148,12 @@ class StartRequest:
 class StartResult:
     cluster: ClusterFile
     restarted: bool
+    started_brokers: list[int] = field(default_factory=list)  # node ids this call started
+    started_postgresql: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.cluster.to_dict(), "restarted": self.restarted}
+        return {**self.cluster.to_dict(), "restarted": self.restarted, "started_brokers": self.started_brokers,
+                "started_postgresql": self.started_postgresql}
 
 
 @dataclass
@@ -239,11 +243,13 @@ def check_request(req: StartRequest) -> None:
 
 
 def start(data_dir: Path, req: StartRequest, progress: Progress | None = None) -> StartResult:
-    """Start a new cluster in ``data_dir``, or restart the stopped one recorded there.
+    """Start a new cluster in ``data_dir``, or restart the one recorded there: all of it when it
+    was stopped, or only its parts that are down (a broker killed, PostgreSQL stopped), the
+    running ones left as they are, as an operator restarts a failed broker.
 
-    Refused (OperationError, nothing touched) when a cluster there still runs or the directory
-    holds something else. On any failure everything started by this call is stopped again, and
-    a new cluster's files are removed, before the error is raised.
+    Refused (OperationError, nothing touched) when every part of the cluster there runs or the
+    directory holds something else. On any failure everything started by this call is stopped
+    again, and a new cluster's files are removed, before the error is raised.
     """
     check_request(req)
     say = progress or (lambda _m: None)
@@ -254,16 +260,20 @@ def start(data_dir: Path, req: StartRequest, progress: Progress | None = None) -
         with _exclusive(data_dir):
             existing = load_cluster_file(data_dir) if (data_dir / CLUSTER_FILE).exists() else None
             if existing is not None:
-                _refuse_if_running(existing)
+                running, pg_up = _running_parts(existing)
                 _refuse_changes(existing, req)
-                return StartResult(_launch(existing, req.timeout_s, say, fresh=False), restarted=True)
+                launched = _launch(existing, req.timeout_s, say, fresh=False, running=running, pg_up=pg_up)
+                return StartResult(launched, restarted=True,
+                                   started_brokers=[b.node_id for b in existing.brokers if b.node_id not in running],
+                                   started_postgresql=not pg_up)
             leftovers = sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_FILE)
             if leftovers:
                 raise OperationError(f"{data_dir} is not empty and holds no {CLUSTER_FILE} "
                                      f"({', '.join(leftovers[:5])}): give an empty or new --data-dir")
             cluster = _plan(data_dir, req)
             try:
-                return StartResult(_launch(cluster, req.timeout_s, say, fresh=True), restarted=False)
+                return StartResult(_launch(cluster, req.timeout_s, say, fresh=True), restarted=False,
+                                   started_brokers=[b.node_id for b in cluster.brokers])
             except BaseException:
                 new_cluster_failed = True
                 _remove_new_cluster(data_dir)
@@ -303,8 +313,8 @@ def _plan(data_dir: Path, req: StartRequest) -> ClusterFile:
             raise OperationError(f"port{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} on {HOST} "
                                  f"{'are' if len(busy) > 1 else 'is'} in use: choose another --base-port")
     else:
-        ports = _free_ports(n)
-    pg_port = _free_ports(1, avoid=set(ports))[0]
+        ports = free_ports(n, HOST)
+    pg_port = free_ports(1, HOST, avoid=ports)[0]
     object_store = req.object_store or (data_dir / "objects").as_uri()
     brokers = [BrokerEntry(node_id=i, rack=racks[(i - 1) % len(racks)], host=HOST, port=ports[i - 1],
                            data_dir=str(data_dir / f"broker-{i}"), log=str(data_dir / f"broker-{i}" / "broker.log"))
@@ -313,14 +323,17 @@ def _plan(data_dir: Path, req: StartRequest) -> ClusterFile:
                        object_store, brokers)
 
 
-def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool) -> ClusterFile:
-    """Start PostgreSQL and the brokers, wait until every broker is registered, record the pids.
-    On failure (or Ctrl-C) stop what this call started, then raise."""
+def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool,
+            running: dict[int, int] | None = None, pg_up: bool = False) -> ClusterFile:
+    """Start PostgreSQL (unless ``pg_up``) and the brokers (but those ``running``: node id → pid),
+    wait until every broker of the cluster lists them all, record the pids. On failure (or
+    Ctrl-C) stop what this call started, then raise."""
     from kcli.cluster.pgserver import PgServer, init_server
 
     data_dir = Path(cluster.data_dir)
     deadline = time.monotonic() + timeout_s
     pg_entry = cluster.postgresql
+    running = running or {}
     procs: list[tuple[BrokerEntry, subprocess.Popen[bytes]]] = []
     server: PgServer | None = None
     try:
@@ -328,10 +341,11 @@ def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool) 
             _open_for_postgres(data_dir)
             say(f"initialising PostgreSQL in {Path(pg_entry.data_dir).parent}")
             server = init_server(Path(pg_entry.data_dir).parent, pg_entry.port, pg_entry.host)
-        else:
+        elif not pg_up:
             server = PgServer(pg_entry.host, pg_entry.port, pg_entry.user, Path(pg_entry.data_dir))
-        say(f"starting PostgreSQL on {pg_entry.host}:{pg_entry.port}")
-        server.start(timeout=max(5.0, deadline - time.monotonic()))
+        if server is not None:  # None: it runs already, and a failure here leaves it running
+            say(f"starting PostgreSQL on {pg_entry.host}:{pg_entry.port}")
+            server.start(timeout=max(5.0, deadline - time.monotonic()))
         if fresh:
             server.create_database(pg_entry.database)
             if cluster.object_store.startswith("file:"):
@@ -339,13 +353,16 @@ def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool) 
 
                 Path(from_uri(cluster.object_store).root).mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
         for b in cluster.brokers:
+            if b.node_id in running:
+                b.pid = running[b.node_id]
+                continue
             Path(b.data_dir).mkdir(parents=True, exist_ok=True)
             say(f"starting broker {b.node_id} (rack {b.rack}) on {b.listener}")
             procs.append((b, _spawn_broker(b, cluster)))
             b.pid = procs[-1][1].pid
         write_cluster_file(cluster)
         say("waiting for every broker to register")
-        _wait_registered(procs, deadline, timeout_s)
+        _wait_registered(cluster.brokers, procs, deadline, timeout_s)
         return cluster
     except BaseException:
         terminate([(b.node_id, proc.pid) for b, proc in procs if proc.poll() is None], STOP_TIMEOUT_S)
@@ -374,18 +391,19 @@ def spawn_detached(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
                                 start_new_session=True, close_fds=True)
 
 
-def _wait_registered(procs: list[tuple[BrokerEntry, subprocess.Popen[bytes]]], deadline: float,
-                     timeout_s: float) -> None:
-    """Until every broker's Metadata lists every node id; a broker that exits fails at once."""
-    expected = {b.node_id for b, _ in procs}
-    pending = {b.node_id for b, _ in procs}
+def _wait_registered(brokers: list[BrokerEntry], procs: list[tuple[BrokerEntry, subprocess.Popen[bytes]]],
+                     deadline: float, timeout_s: float) -> None:
+    """Until every broker's Metadata lists every node id; a broker started here (``procs``) that
+    exits fails at once."""
+    expected = {b.node_id for b in brokers}
+    pending = set(expected)
     while True:
         for b, proc in procs:
             rc = proc.poll()
             if rc is not None:
                 raise OperationError(f"broker {b.node_id} exited (code {rc}) before it joined: "
                                      f"{log_cause(Path(b.log))} (log {b.log})")
-        for b, _ in procs:
+        for b in brokers:
             if b.node_id in pending:
                 listed = metadata_brokers(b.listener, min(PROBE_TIMEOUT_S, max(0.5, deadline - time.monotonic())))
                 if listed is not None and expected <= set(listed):
@@ -395,7 +413,7 @@ def _wait_registered(procs: list[tuple[BrokerEntry, subprocess.Popen[bytes]]], d
         if time.monotonic() >= deadline:
             ids = ", ".join(map(str, sorted(pending)))
             raise OperationError(f"broker{'s' if len(pending) > 1 else ''} {ids} did not see every broker "
-                                 f"registered within {timeout_s:g} s (logs: {Path(procs[0][0].log).parent.parent}/"
+                                 f"registered within {timeout_s:g} s (logs: {Path(brokers[0].log).parent.parent}/"
                                  f"broker-N/broker.log)")
         time.sleep(POLL_S)
 
@@ -423,20 +441,24 @@ def log_cause(log: Path) -> str:
     return (errors or lines or ["no output"])[-1][:400]
 
 
-def _refuse_if_running(cluster: ClusterFile) -> None:
+def _running_parts(cluster: ClusterFile) -> tuple[dict[int, int], bool]:
+    """The brokers that run (node id → pid) and whether PostgreSQL does; refused when all do."""
     from kcli.cluster.pgserver import PgServer
 
-    live = [str(b.node_id) for b in cluster.brokers if broker_pid(b) is not None]
+    running = {b.node_id: pid for b in cluster.brokers if (pid := broker_pid(b)) is not None}
     pg = cluster.postgresql
     pg_up = PgServer(pg.host, pg.port, pg.user, Path(pg.data_dir)).running()
-    if live or pg_up:
-        what = ([f"broker{'s' if len(live) > 1 else ''} {', '.join(live)}"] if live else []) + (["PostgreSQL"] if pg_up else [])
-        raise OperationError(f"a cluster is already running in {cluster.data_dir} ({' and '.join(what)}): "
-                             f"see `kcli cluster status --data-dir {cluster.data_dir}`, or stop it first")
+    if pg_up and len(running) == len(cluster.brokers):
+        live = ", ".join(map(str, sorted(running)))
+        raise OperationError(f"a cluster is already running in {cluster.data_dir} (broker{'s' if len(running) > 1 else ''}"
+                             f" {live} and PostgreSQL): see `kcli cluster status --data-dir {cluster.data_dir}`,"
+                             " or stop it first")
+    return running, pg_up
 
 
 def _refuse_changes(cluster: ClusterFile, req: StartRequest) -> None:
-    """A restart keeps what was recorded; asking for something else is refused, not silently ignored."""
+    """A restart (whole or of the parts that are down) keeps what was recorded; asking for
+    something else is refused, not silently ignored."""
     changes = []
     if req.brokers is not None and req.brokers != len(cluster.brokers):
         changes.append(f"--brokers {req.brokers} (it has {len(cluster.brokers)})")
@@ -447,7 +469,7 @@ def _refuse_changes(cluster: ClusterFile, req: StartRequest) -> None:
     if req.base_port is not None and req.base_port != cluster.brokers[0].port:
         changes.append(f"--base-port {req.base_port} (it has {cluster.brokers[0].port})")
     if changes:
-        raise OperationError(f"{cluster.data_dir} holds a stopped cluster started differently: {'; '.join(changes)}; "
+        raise OperationError(f"{cluster.data_dir} holds a cluster started differently: {'; '.join(changes)}; "
                              "start it as it was (leave those options out) or use another --data-dir")
 
 
@@ -618,20 +640,3 @@ def _port_free(port: int) -> bool:
             return False
     return True
 
-
-def _free_ports(n: int, avoid: set[int] | None = None) -> list[int]:
-    """``n`` distinct ports free right now (held together while picked, so they differ)."""
-    socks: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < n:
-            s = socket.socket()
-            socks.append(s)
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-            if port not in (avoid or set()):
-                ports.append(port)
-    finally:
-        for s in socks:
-            s.close()
-    return ports
