@@ -309,6 +309,9 @@ CASES: dict[str, list[Case]] = {
         C("cluster", "start", "--data-dir", "{tmp}/c1", "--racks", ",,", needle="--racks"),
         C("cluster", "start", "--data-dir", "{tmp}/c1", "--base-port", "70000", needle="--base-port"),
         C("cluster", "start", "--data-dir", "{tmp}/c1", "--timeout", "-1", needle="--timeout"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--config", "nope=1", needle="nope"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--config", "node.id=4", needle="node.id"),
+        C("cluster", "start", "--data-dir", "{tmp}/c1", "--config", "noequals", needle="KEY=VALUE"),
     ],
     "cluster status": [
         C("cluster", "status", "--data-dir", "{tmp}/no-cluster", code=1, needle="no cluster"),

@@ -97,7 +97,7 @@ def cluster_dir(env: dict[str, str]) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def started(env: dict[str, str], cluster_dir: Path) -> dict[str, Any]:
     proc = kcli(env, "cluster", "start", "--brokers", "3", "--racks", "a,b,c", "--data-dir", str(cluster_dir),
-                "-o", "json")
+                "--config", "remote.log.storage.system.enable=true", "-o", "json")
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert_documented("kcli cluster start", document)
@@ -123,6 +123,7 @@ def test_start_runs_three_brokers_in_racks_and_prints_the_bootstrap(started: dic
     if ephemeral_low() > LOWEST + 100:
         assert all(LOWEST <= p < ephemeral_low() for p in [b["port"] for b in brokers] + [started["postgresql"]["port"]])
     assert started["started_brokers"] == [1, 2, 3] and started["started_postgresql"] is True
+    assert started["configs"] == {"remote.log.storage.system.enable": "true"} == recorded["configs"]
     # every broker is registered with its rack, as any client sees it
     admin = AdminClient({"bootstrap.servers": started["bootstrap"]})
     nodes = admin.describe_cluster(request_timeout=10).result(15).nodes
@@ -137,6 +138,15 @@ def test_a_diskless_topic_is_written_and_read_back_through_the_cluster(started: 
             **{"enable.idempotence": True})
     got = read_back(bootstrap, "orders", 3, len(VALUES))
     assert sorted(got) == VALUES, f"read {len(got)} of {len(VALUES)}: missing {sorted(set(VALUES) - set(got))[:5]}"
+
+
+def test_config_reaches_every_broker_so_a_tiered_topic_can_be_created(started: dict[str, Any]) -> None:
+    """--config remote.log.storage.system.enable=true (Kafka's default is false, and a broker
+    without it refuses remote.storage.enable=true): every broker got it, whichever hosts a partition."""
+    create_topic(started["bootstrap"], "tiered", 3, {"remote.storage.enable": "true"})
+    admin = AdminClient({"bootstrap.servers": started["bootstrap"]})
+    leaders = {p.leader for p in admin.list_topics("tiered", timeout=10).topics["tiered"].partitions.values()}
+    assert leaders == {1, 2, 3}
 
 
 def test_status_shows_three_live_registered_brokers_and_postgres_up(started: dict[str, Any], cluster_dir: Path,
@@ -227,6 +237,8 @@ def test_stop_then_status_is_down_then_start_again_restarts_the_same_cluster(
 
     changed = kcli(env, "cluster", "start", "--data-dir", str(cluster_dir), "--brokers", "2")
     assert_one_line_error(changed, 1, "--brokers 2 (it has 3)")
+    changed = kcli(env, "cluster", "start", "--data-dir", str(cluster_dir), "--config", "log.retention.ms=1000")
+    assert_one_line_error(changed, 1, "--config log.retention.ms=1000 (it has remote.log.storage.system.enable=true)")
 
     restarted = kcli(env, "cluster", "start", "--data-dir", str(cluster_dir), "-o", "json")
     assert restarted.returncode == 0, restarted.stderr
@@ -234,6 +246,7 @@ def test_stop_then_status_is_down_then_start_again_restarts_the_same_cluster(
     assert info["restarted"] is True
     assert info["bootstrap"] == started["bootstrap"] and info["postgresql"]["url"] == started["postgresql"]["url"]
     assert [(b["node_id"], b["rack"]) for b in info["brokers"]] == [(1, "a"), (2, "b"), (3, "c")]
+    assert info["configs"] == started["configs"]  # a restart without --config keeps the recorded ones
     up = kcli(env, "cluster", "status", "--data-dir", str(cluster_dir))
     assert up.returncode == 0, up.stdout + up.stderr
     # the same database and object store: what was written before the stop is still there

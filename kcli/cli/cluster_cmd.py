@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -40,6 +40,7 @@ def start(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_DIR_HELP),
     base_port: Optional[int] = typer.Option(None, "--base-port", help="Brokers listen on 127.0.0.1:P..P+N-1 (default: free ports)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for PostgreSQL and every broker to register."),
+    config: List[str] = typer.Option([], "--config", help="Broker config KEY=VALUE for every broker (repeatable), e.g. remote.log.storage.system.enable=true; kept for restarts."),
 ) -> None:
     """Start PostgreSQL and N brokers in the background and print the bootstrap list.
 
@@ -49,13 +50,16 @@ def start(
     what was started is stopped again.
 
     Example: kcli cluster start --brokers 3 --racks a,b,c --data-dir /var/tmp/kcli-cluster
+
+    Example: kcli cluster start --config remote.log.storage.system.enable=true
     """
-    from kcli.ops.cluster import StartRequest, parse_racks
+    from kcli.ops.cluster import StartRequest, parse_configs, parse_racks
     from kcli.ops.cluster import start as start_cluster
 
     opts = options(ctx)
     req = StartRequest(brokers=brokers, racks=parse_racks(racks) if racks is not None else None,
-                       object_store=object_store, base_port=base_port, timeout_s=timeout)
+                       object_store=object_store, base_port=base_port, timeout_s=timeout,
+                       configs=parse_configs(config) if config else None)
     result = start_cluster(_dir(data_dir), req, _progress(opts.verbose))
     cluster = result.cluster
 

@@ -108,6 +108,7 @@ class ClusterFile:
     postgresql: PostgresEntry
     object_store: str
     brokers: list[BrokerEntry] = field(default_factory=list)
+    configs: dict[str, str] = field(default_factory=dict)  # --config given to every broker
 
     @property
     def bootstrap(self) -> str:
@@ -117,7 +118,8 @@ class ClusterFile:
         return {"version": FORMAT_VERSION, "data_dir": self.data_dir, "bootstrap": self.bootstrap,
                 "postgresql": {**asdict(self.postgresql), "url": self.postgresql.url},
                 "object_store": self.object_store,
-                "brokers": [{**asdict(b), "listener": b.listener} for b in self.brokers]}
+                "brokers": [{**asdict(b), "listener": b.listener} for b in self.brokers],
+                "configs": dict(self.configs)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterFile:
@@ -130,7 +132,8 @@ class ClusterFile:
                    object_store=str(data["object_store"]),
                    brokers=[BrokerEntry(int(b["node_id"]), str(b["rack"]), str(b["host"]), int(b["port"]),
                                         str(b["data_dir"]), str(b["log"]), int(b["pid"]) if b.get("pid") else None)
-                            for b in data["brokers"]])
+                            for b in data["brokers"]],
+                   configs={str(k): str(v) for k, v in (data.get("configs") or {}).items()})
 
 
 @dataclass
@@ -142,6 +145,7 @@ class StartRequest:
     object_store: str | None = None
     base_port: int | None = None
     timeout_s: float = START_TIMEOUT_S
+    configs: dict[str, str] | None = None  # broker configs for every broker (--config KEY=VALUE)
 
 
 @dataclass
@@ -219,6 +223,32 @@ def parse_racks(text: str) -> list[str]:
         raise UsageError(f"--racks expects comma-separated rack names (letters, digits, '.', '_', '-'), "
                          f"e.g. a,b,c; got {text!r}")
     return racks
+
+
+# Broker configs the launcher sets itself, per broker or for the whole cluster.
+OWNED_CONFIGS = frozenset({"node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners",
+                           "listener.security.protocol.map", "log.dir", "log.dirs", "kcli.cluster.url",
+                           "diskless.storage.uri", "diskless.coordinator.class.name", "diskless.coordinator.url"})
+
+
+def parse_configs(pairs: list[str]) -> dict[str, str]:
+    """``--config KEY=VALUE`` pairs for every broker of the cluster, checked as `kcli broker
+    start` checks them (an unknown name or a bad value is a UsageError, exit 2); the settings the
+    launcher gives each broker itself are refused rather than silently overridden."""
+    from kcli.broker.runner import load_settings
+
+    configs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--config expects KEY=VALUE, got {pair!r}")
+        configs[key.strip()] = value.strip()
+    owned = sorted(set(configs) & OWNED_CONFIGS)
+    if owned:
+        raise UsageError(f"--config {owned[0]}: kcli cluster start sets it for each broker (node ids, racks, ports, "
+                         "data dirs, the database and object store come from its own options)")
+    load_settings(configs, None, source="--config")
+    return configs
 
 
 def check_request(req: StartRequest) -> None:
@@ -320,7 +350,7 @@ def _plan(data_dir: Path, req: StartRequest) -> ClusterFile:
                            data_dir=str(data_dir / f"broker-{i}"), log=str(data_dir / f"broker-{i}" / "broker.log"))
                for i in range(1, n + 1)]
     return ClusterFile(str(data_dir), PostgresEntry(HOST, pg_port, DB_USER, DATABASE, str(data_dir / "postgres" / "pgdata")),
-                       object_store, brokers)
+                       object_store, brokers, dict(req.configs or {}))
 
 
 def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool,
@@ -380,6 +410,8 @@ def _spawn_broker(b: BrokerEntry, cluster: ClusterFile) -> subprocess.Popen[byte
     args = [sys.executable, "-m", "kcli", "broker", "start", "--cluster", cluster.postgresql.url,
             "--node-id", str(b.node_id), "--rack", b.rack, "--data-dir", b.data_dir, "--listen", b.listener,
             "--object-store", cluster.object_store, "--config", "diskless.system.enable=true"]
+    for key, value in cluster.configs.items():  # after the default above: a --config may override it
+        args += ["--config", f"{key}={value}"]
     return spawn_detached(args, Path(b.log))
 
 
@@ -468,6 +500,10 @@ def _refuse_changes(cluster: ClusterFile, req: StartRequest) -> None:
         changes.append(f"--object-store {req.object_store} (it has {cluster.object_store})")
     if req.base_port is not None and req.base_port != cluster.brokers[0].port:
         changes.append(f"--base-port {req.base_port} (it has {cluster.brokers[0].port})")
+    if req.configs is not None and req.configs != cluster.configs:
+        given = " ".join(f"--config {k}={v}" for k, v in req.configs.items())
+        has = " ".join(f"{k}={v}" for k, v in cluster.configs.items()) or "no --config"
+        changes.append(f"{given} (it has {has})")
     if changes:
         raise OperationError(f"{cluster.data_dir} holds a cluster started differently: {'; '.join(changes)}; "
                              "start it as it was (leave those options out) or use another --data-dir")
