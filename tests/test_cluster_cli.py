@@ -210,6 +210,8 @@ def test_start_over_a_cluster_with_a_killed_broker_starts_only_that_broker(
     assert_one_line_error(changed, 1, "--racks x,y,z (it has a,b,c)")  # and nothing started:
     down = kcli(env, "cluster", "status", "--data-dir", str(cluster_dir), "-o", "json")
     assert down.returncode == 1 and [b["alive"] for b in json.loads(down.stdout)["brokers"]] == [True, False, True]
+    assert_one_line_error(subprocess.CompletedProcess(down.args, 1, "", down.stderr), 1, "broker 2 is not running",
+                          f"`kcli cluster start --data-dir {cluster_dir}` starts what is down")
     text = kcli(env, "cluster", "start", "--data-dir", str(cluster_dir))  # the table form says what it did
     assert text.returncode == 0, text.stderr
     assert f"Restarted broker 2 of the 3-broker cluster in {cluster_dir}; the rest was running" in text.stdout

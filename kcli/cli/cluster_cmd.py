@@ -113,7 +113,10 @@ def status(
 
     render(result, opts.output, table)
     if not result.up:
-        sys.stderr.write(f"kcli: error: the cluster in {result.data_dir} is not up: {'; '.join(result.problems())}\n")
+        hint = ""
+        if any(not b.alive for b in result.brokers) or not result.postgresql_up:
+            hint = f" (`kcli cluster start --data-dir {result.data_dir}` starts what is down)"
+        sys.stderr.write(f"kcli: error: the cluster in {result.data_dir} is not up: {'; '.join(result.problems())}{hint}\n")
         raise typer.Exit(1)
 
 
