@@ -36,7 +36,9 @@ class BrokerProcess:
         for attempt in range(5):
             chosen = self.port == 0 and "listeners" not in self.configs
             if chosen:
-                self.port = free_ports(1, self.host)[0]  # below the ephemeral range: kept by restarts
+                # below the ephemeral range, so a restart keeps it; the host may name its
+                # listener (SSL://127.0.0.1)
+                self.port = free_ports(1, self.host.split("://")[-1])[0]
             try:
                 return self._start(timeout)
             except RuntimeError as err:
