@@ -27,6 +27,16 @@ def ephemeral_low() -> int:
         return 32768
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``port`` can be bound on ``host`` right now."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_ports(n: int, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
     """``n`` distinct ports free right now, below the ephemeral range where one can be found
     (else the kernel's pick). The probes stay bound until all are chosen, so they differ; a

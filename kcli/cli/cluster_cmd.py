@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from kcli.cli.common import options
+from kcli.cli.common import options, parse_key_values
 from kcli.cli.render import print_table, render
 
 cluster_app = typer.Typer(help="Run a local cluster for trying things out: its own PostgreSQL and N brokers "
@@ -53,13 +53,13 @@ def start(
 
     Example: kcli cluster start --config remote.log.storage.system.enable=true
     """
-    from kcli.ops.cluster import StartRequest, parse_configs, parse_racks
+    from kcli.ops.cluster import StartRequest, check_configs, parse_racks
     from kcli.ops.cluster import start as start_cluster
 
     opts = options(ctx)
     req = StartRequest(brokers=brokers, racks=parse_racks(racks) if racks is not None else None,
                        object_store=object_store, base_port=base_port, timeout_s=timeout,
-                       configs=parse_configs(config) if config else None)
+                       configs=check_configs(parse_key_values(config, "--config")) if config else None)
     result = start_cluster(_dir(data_dir), req, _progress(opts.verbose))
     cluster = result.cluster
 

@@ -75,12 +75,6 @@ def server_os_user() -> str | None:
     return SERVER_OS_USER
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now, below the ephemeral range, so that the server keeps
-    it across restarts (kcli/ports.py)."""
-    return free_ports(1, host)[0]
-
-
 def unreachable_ancestor(path: Path, user: str) -> Path | None:
     """The first existing directory above ``path`` that ``user`` cannot search (x bit), else None.
 
@@ -242,7 +236,8 @@ def init_server(root: Path, port: int | None = None, host: str = "127.0.0.1") ->
                           "--encoding=UTF8", "--no-instructions"], INITDB_TIMEOUT_S)
     if r.returncode != 0:
         raise PgServerError(f"initdb in {data} failed: {_last_lines(r.stderr)}")
-    return PgServer(host, port if port is not None else free_port(host), DB_USER, data)
+    # A free port below the ephemeral range, so that the server keeps it across restarts (kcli/ports.py).
+    return PgServer(host, port if port is not None else free_ports(1, host)[0], DB_USER, data)
 
 
 def start_server(root: Path, port: int | None = None) -> PgServer:

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kcli.errors import OperationError, UsageError
-from kcli.ports import free_ports
+from kcli.ports import free_ports, port_free
 
 CLUSTER_FILE = "cluster.json"
 LOCK_FILE = ".cluster.lock"
@@ -231,18 +230,12 @@ OWNED_CONFIGS = frozenset({"node.id", "broker.id", "broker.rack", "listeners", "
                            "diskless.storage.uri", "diskless.coordinator.class.name", "diskless.coordinator.url"})
 
 
-def parse_configs(pairs: list[str]) -> dict[str, str]:
-    """``--config KEY=VALUE`` pairs for every broker of the cluster, checked as `kcli broker
-    start` checks them (an unknown name or a bad value is a UsageError, exit 2); the settings the
+def check_configs(configs: dict[str, str]) -> dict[str, str]:
+    """The ``--config`` settings for every broker of the cluster, checked as `kcli broker start`
+    checks them (an unknown name or a bad value is a UsageError, exit 2); the settings the
     launcher gives each broker itself are refused rather than silently overridden."""
     from kcli.broker.runner import load_settings
 
-    configs: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--config expects KEY=VALUE, got {pair!r}")
-        configs[key.strip()] = value.strip()
     owned = sorted(set(configs) & OWNED_CONFIGS)
     if owned:
         raise UsageError(f"--config {owned[0]}: kcli cluster start sets it for each broker (node ids, racks, ports, "
@@ -338,7 +331,7 @@ def _plan(data_dir: Path, req: StartRequest) -> ClusterFile:
     racks = req.racks or list(DEFAULT_RACKS)
     if req.base_port is not None:
         ports = list(range(req.base_port, req.base_port + n))
-        busy = [p for p in ports if not _port_free(p)]
+        busy = [p for p in ports if not port_free(p, HOST)]
         if busy:
             raise OperationError(f"port{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} on {HOST} "
                                  f"{'are' if len(busy) > 1 else 'is'} in use: choose another --base-port")
@@ -666,13 +659,3 @@ def _exclusive(data_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
