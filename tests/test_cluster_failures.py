@@ -366,7 +366,10 @@ def test_postgresql_restart_mid_produce_is_retriable_and_loses_nothing(broker_fa
     wait_for(lambda: all(len(p.acked) >= 100 for p in producers), 30, "both producers under way")
     private_pg.stop()
     stopped = time.monotonic()
-    time.sleep(4)  # longer than the session timeout: every lease runs out meanwhile
+    # Longer than the session timeout (every lease runs out meanwhile) and than the brokers' 5 s
+    # wait for a pooled connection: a wait that began at the stop fails before the server is back,
+    # so each broker notices the outage (with 4 s a wait could outlast it and succeed: CI flake).
+    time.sleep(6)
     restarted = time.monotonic()
     private_pg.start()
     wait_for(lambda: all(p.acks_after(restarted) >= 100 for p in producers), 60, "both producers acknowledged again")
