@@ -177,7 +177,7 @@ def main() -> None:
     if args.quick:
         args.mib, args.seconds, args.repeat = min(args.mib, 256), min(args.seconds, 10.0), 1
 
-    from kcli.broker.configs import BROKER_CONFIGS
+    from kcli.config.definitions import BROKER_CONFIGS
 
     interval = args.interval_ms or int(BROKER_CONFIGS["diskless.append.commit.interval.ms"].default)
     configs = {"diskless.append.commit.interval.ms": str(interval)} if args.interval_ms else {}

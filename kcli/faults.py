@@ -36,7 +36,7 @@ import re
 import sys
 import time
 
-from kcli.broker.configs import ConfigError
+from kcli.config.definitions import ConfigError
 
 POINTS = ("log.roll", "diskless.commit", "log.cleaner.cleaned", "log.cleaner.swap", "diskless.log.cleaner.uploaded",
           "diskless.log.cleaner.committed")

@@ -30,3 +30,12 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir_best_effort(directory: Path) -> None:
+    """:func:`fsync_dir` where the directory may be gone or the filesystem refuse a directory
+    fsync: the caller's data is already durable, the entry's durability is a bonus."""
+    try:
+        fsync_dir(directory)
+    except OSError:
+        pass

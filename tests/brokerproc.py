@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from kcli.broker.runner import parse_listening
 from kcli.ports import free_ports
 
 
@@ -69,16 +70,17 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 break
         text = line.decode().strip()
-        if not text.startswith("kcli broker listening on "):
+        address = parse_listening(text)  # the plain line, or its JSON form with --log-format json
+        if address is None:
             self.proc.kill()
             raise RuntimeError(f"broker did not start: {text!r}; log:\n{self.log_path.read_text()[-3000:]}")
-        hostport = text.rsplit(" ", 1)[1].split("://")[-1]  # NAME://HOST:PORT with --config listeners=...
+        hostport = address.split("://")[-1]  # NAME://HOST:PORT with --config listeners=...
         self.host, port = hostport.rsplit(":", 1)
         self.port = int(port)
         if "listeners" in self.configs:  # one line per listener: kcli broker listening on NAME://HOST:PORT
-            lines = [text] + [self.proc.stdout.readline().decode().strip()
-                              for _ in self.configs["listeners"].split(",")[1:]]
-            self.listeners = dict(line.rsplit(" ", 1)[1].split("://", 1) for line in lines)
+            addresses = [address] + [parse_listening(self.proc.stdout.readline().decode()) or ""
+                                     for _ in self.configs["listeners"].split(",")[1:]]
+            self.listeners = dict(a.split("://", 1) for a in addresses)
         return self
 
     def stop(self, timeout: float = 30.0) -> int | None:

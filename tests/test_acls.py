@@ -38,12 +38,12 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from kcli.broker.acl import AclBinding as KAcl
-from kcli.broker.acl import AclOperation as Op
-from kcli.broker.acl import Authorizer, PatternType, PermissionType
-from kcli.broker.acl import ResourceType as RT
-from kcli.broker.metadata_log import InvalidRecordError, MetadataLog, check_record, record
-from kcli.broker.sasl import UsersFile, hash_password
+from kcli.security.acl import AclBinding as KAcl
+from kcli.security.acl import AclOperation as Op
+from kcli.security.acl import Authorizer, PatternType, PermissionType
+from kcli.security.acl import ResourceType as RT
+from kcli.metadata.metadata_log import InvalidRecordError, MetadataLog, check_record, record
+from kcli.security.sasl import UsersFile, hash_password
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
 from tests.diskless_helpers import wait_until
@@ -744,7 +744,7 @@ def test_every_api_has_an_authorization_check():
 def test_the_inter_broker_client_id_alone_grants_no_shortcut(authz_broker):
     """A broker passes on a committed transaction's offsets with an OffsetCommit that skips the
     membership check; a client naming itself like a broker gets that only with ClusterAction."""
-    from kcli.broker.interbroker import INTER_BROKER_CLIENT_ID
+    from kcli.protocol.interbroker import INTER_BROKER_CLIENT_ID
 
     bs = authz_broker.bootstrap
     allow(bs, "User:carol", AclOperation.READ, ResourceType.TOPIC, "orders")

@@ -66,6 +66,10 @@ CASES: dict[str, list[Case]] = {
         O("produce", "-t", CLASSIC, "-H", "novalue", stdin="x\n", code=2, needle="--header"),
         O("produce", "-t", CLASSIC, "--header", "=v", stdin="x\n", code=2, needle="--header"),
         O("produce", "-t", CLASSIC, "--timestamp", "-5", stdin="x\n", code=2, needle="--timestamp"),
+        O("produce", "-t", CLASSIC, "--timeout", "0", stdin="x\n", code=2, needle="--timeout must be > 0"),
+        O("produce", "-t", CLASSIC, "--timeout", "soon", stdin="x\n", code=2, needle="--timeout"),
+        O("produce", "-t", CLASSIC, "--timeout", "5", "--property", "message.timeout.ms=100", stdin="x\n", code=2,
+          needle="--timeout and --property message.timeout.ms"),
     ],
     "consume": [
         C("consume", needle="--topic"),
@@ -179,8 +183,9 @@ CASES: dict[str, list[Case]] = {
         O("topics", "alter", "-t", CLASSIC, "--delete-config", "a=b", code=2, needle="--delete-config"),
         O("topics", "alter", "-t", TIERED, "--disable-tiering", "--enable-tiering", code=2, needle="exclusive"),
         O("topics", "alter", "-t", TIERED, "--policy", "delete", code=2, needle="--policy"),
-        # The cluster judges the policy (KIP-950 dialect): a refused operation, naming the choices.
-        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--policy", "shred", needle="retain, delete"),
+        # --policy is a choice (retain|delete): a usage error naming the choices, before the cluster is asked.
+        O("topics", "alter", "-t", TIERED, "--disable-tiering", "--policy", "shred", code=2,
+          needle="is not one of 'retain', 'delete'"),
         O("topics", "alter", "-t", DISKLESS, "--enable-tiering", needle="diskless"),
         O("topics", "alter", "-t", DISKLESS, "--config", "diskless.enable=false", needle="diskless.enable"),
         O("topics", "alter", "-t", TIERED, "--wait", code=2, needle="--wait goes with"),

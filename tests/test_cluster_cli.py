@@ -163,6 +163,36 @@ def test_status_shows_three_live_registered_brokers_and_postgres_up(started: dic
     assert "PostgreSQL: up" in table.stdout and f"Bootstrap servers: {started['bootstrap']}" in table.stdout
 
 
+def scrape(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        return resp.read().decode()
+
+
+def test_each_broker_serves_prometheus_on_its_recorded_metrics_port(started: dict[str, Any], cluster_dir: Path,
+                                                                   env: dict[str, str]) -> None:
+    """Every broker gets a Prometheus endpoint on a port of its own, chosen at the first start like
+    the broker ports (below the ephemeral range), recorded in cluster.json and shown by status."""
+    brokers = started["brokers"]
+    ports = [b["metrics_port"] for b in brokers]
+    assert len(set(ports) | {b["port"] for b in brokers} | {started["postgresql"]["port"]}) == 7
+    from kcli.ports import LOWEST, ephemeral_low
+
+    if ephemeral_low() > LOWEST + 100:
+        assert all(LOWEST <= p < ephemeral_low() for p in ports)
+    assert [b["metrics_url"] for b in brokers] == [f"http://127.0.0.1:{p}/metrics" for p in ports]
+    recorded = json.loads((cluster_dir / "cluster.json").read_text())
+    assert [b["metrics_port"] for b in recorded["brokers"]] == ports
+    status = json.loads(kcli(env, "cluster", "status", "--data-dir", str(cluster_dir), "-o", "json").stdout)
+    assert [b["metrics_url"] for b in status["brokers"]] == [b["metrics_url"] for b in brokers]
+    table = kcli(env, "cluster", "status", "--data-dir", str(cluster_dir))
+    assert "METRICS" in table.stdout and all(b["metrics_url"] in table.stdout for b in brokers), table.stdout
+    for b in brokers:
+        assert f'node_id="{b["node_id"]}"' in scrape(b["metrics_url"])
+
+
 def test_starting_over_a_running_cluster_is_refused(started: dict[str, Any], cluster_dir: Path,
                                                     env: dict[str, str]) -> None:
     proc = kcli(env, "cluster", "start", "--data-dir", str(cluster_dir))
@@ -217,6 +247,31 @@ def test_start_over_a_cluster_with_a_killed_broker_starts_only_that_broker(
     assert f"Restarted broker 2 of the 3-broker cluster in {cluster_dir}; the rest was running" in text.stdout
 
 
+def test_a_restarted_broker_keeps_its_metrics_port_and_the_others_log_it_leaving_and_joining(
+        started: dict[str, Any], cluster_dir: Path, env: dict[str, str]) -> None:
+    """After broker 2 was killed and started again (above): its Prometheus endpoint is back on the
+    recorded port, and brokers 1 and 3 each logged one line when it left and one when it joined."""
+    status = json.loads(kcli(env, "cluster", "status", "--data-dir", str(cluster_dir), "-o", "json").stdout)
+    assert [b["metrics_url"] for b in status["brokers"]] == [b["metrics_url"] for b in started["brokers"]]
+    assert 'node_id="2"' in scrape(started["brokers"][1]["metrics_url"])
+    b2 = started["brokers"][1]
+    at = f"Broker 2 at PLAINTEXT://{b2['listener']} (rack b)"
+    for node in (1, 3):
+        log = cluster_dir / f"broker-{node}" / "broker.log"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and f"{at} joined" not in log.read_text().rsplit(f"{at} left", 1)[-1]:
+            time.sleep(0.2)
+        lines = log.read_text().splitlines()
+        left = [ln for ln in lines if f"{at} left the cluster; live brokers: 1,3" in ln]
+        joined = [ln for ln in lines if f"{at} joined the cluster; live brokers: 1,2,3" in ln]
+        assert left and joined, lines[-20:]
+        assert all(f" INFO kcli.broker: [KafkaServer id={node}] " in ln for ln in left + joined), left + joined
+        # the killed broker left and joined again twice (the test above killed it twice); at the
+        # first start it may have joined after this broker too
+        assert len(left) == 2 and len(joined) in (2, 3), (left, joined)
+        assert lines.index(left[0]) < lines.index(joined[-2]) and lines.index(left[1]) < lines.index(joined[-1])
+
+
 def test_stop_then_status_is_down_then_start_again_restarts_the_same_cluster(
         started: dict[str, Any], cluster_dir: Path, env: dict[str, str]) -> None:
     stopped = kcli(env, "cluster", "stop", "--data-dir", str(cluster_dir), "-o", "json")
@@ -249,6 +304,7 @@ def test_stop_then_status_is_down_then_start_again_restarts_the_same_cluster(
     assert info["bootstrap"] == started["bootstrap"] and info["postgresql"]["url"] == started["postgresql"]["url"]
     assert [(b["node_id"], b["rack"]) for b in info["brokers"]] == [(1, "a"), (2, "b"), (3, "c")]
     assert info["configs"] == started["configs"]  # a restart without --config keeps the recorded ones
+    assert [b["metrics_port"] for b in info["brokers"]] == [b["metrics_port"] for b in started["brokers"]]
     up = kcli(env, "cluster", "status", "--data-dir", str(cluster_dir))
     assert up.returncode == 0, up.stdout + up.stderr
     # the same database and object store: what was written before the stop is still there

@@ -17,8 +17,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kcli.broker import groups as g
-from kcli.broker.groups import OffsetAndMetadata, OffsetStoreError
+from kio.schema.errors import ErrorCode
+
+from kcli.coordinator import placement
+from kcli.coordinator.group import coordinator as g
+from kcli.coordinator.group.offsets import OffsetAndMetadata, OffsetStoreError
 from kcli.cluster.local import LocalClusterStore
 from kcli.cluster.postgres import PostgresClusterStore
 from kcli.cluster.state import StoreSettings
@@ -164,7 +167,7 @@ def test_the_last_broker_to_load_a_group_is_its_only_writer(pg_offsets):
         assert offsets_of(new, "grp") == {("t", 0): 10}
         with pytest.raises(OffsetStoreError) as err:
             await old.append([commit("grp", "t", 0, 11)])
-        assert (err.value.error_code, err.value.fenced) == (g.NOT_COORDINATOR, True)
+        assert (err.value.error_code, err.value.fenced) == (ErrorCode.not_coordinator, True)
         assert await old.lost_groups(["grp"]) == {"grp"}
         await new.append([commit("grp", "t", 0, 12)])
         old.unload_group("grp")
@@ -210,18 +213,18 @@ def test_an_unreachable_database_is_a_retriable_error_within_the_timeout(pg_offs
         s = pg_offsets(1)
         coord = g.GroupCoordinator(tmp_path, {}.__getitem__, s, node_id=1, live_nodes=lambda: [1])
         await coord.start()
-        assert await coord.route("grp") == g.NONE
-        assert await coord.commit_offsets("grp", -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): g.NONE}
+        assert await coord.route("grp") == ErrorCode.none
+        assert await coord.commit_offsets("grp", -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): ErrorCode.none}
         s._pool.kwargs = {**s._pool.kwargs, "dbname": "no_such_database"}  # new connections now fail
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'kcli-broker-1-offsets'")
         started = time.monotonic()
         assert await coord.commit_offsets("grp", -1, "", None, {("t", 0): OffsetAndMetadata(2)}) \
-            == {("t", 0): g.COORDINATOR_NOT_AVAILABLE}
-        assert await coord.route("other") == g.COORDINATOR_NOT_AVAILABLE
+            == {("t", 0): ErrorCode.coordinator_not_available}
+        assert await coord.route("other") == ErrorCode.coordinator_not_available
         with pytest.raises(OffsetStoreError) as err:
             await s.append([commit("grp", "t", 0, 3)])
-        assert err.value.error_code == g.COORDINATOR_NOT_AVAILABLE and not err.value.fenced
+        assert err.value.error_code == ErrorCode.coordinator_not_available and not err.value.fenced
         assert time.monotonic() - started < 20  # three waits of the 2 s pool timeout, with margin
         assert coord.committed_offsets("grp") == {("t", 0): 1}  # nothing applied that was not stored
         await coord.close()
@@ -230,12 +233,12 @@ def test_an_unreachable_database_is_a_retriable_error_within_the_timeout(pg_offs
 
 
 def test_coordinator_choice_is_kafkas_partition_then_rendezvous():
-    assert g.java_string_hash("hello") == 99162322  # "hello".hashCode() in Java
-    assert g.offsets_partition("polygenelubricants", 50) == 0  # hashCode is Integer.MIN_VALUE
+    assert placement.java_string_hash("hello") == 99162322  # "hello".hashCode() in Java
+    assert placement.offsets_partition("polygenelubricants", 50) == 0  # hashCode is Integer.MIN_VALUE
     groups = [f"group-{i}" for i in range(400)]
-    before = {gid: g.coordinator_node(g.offsets_partition(gid, 50), [1, 2, 3]) for gid in groups}
+    before = {gid: placement.coordinator_node(placement.offsets_partition(gid, 50), [1, 2, 3]) for gid in groups}
     assert set(before.values()) == {1, 2, 3}
-    after = {gid: g.coordinator_node(g.offsets_partition(gid, 50), [1, 3]) for gid in groups}
+    after = {gid: placement.coordinator_node(placement.offsets_partition(gid, 50), [1, 3]) for gid in groups}
     moved = {gid for gid in groups if before[gid] != after[gid]}
     assert moved == {gid for gid in groups if before[gid] == 2}  # only the departed node's groups
 
@@ -246,37 +249,37 @@ def test_coordinators_with_different_views_of_the_live_brokers_never_lose_a_comm
     NOT_COORDINATOR and its parked members are sent away; once node 1 sees node 2 it lets go."""
     async def main() -> None:
         group = group_for(([1, 2], 2))
-        solo = next(f"solo-{i}" for i in range(1000) if g.coordinator_node(g.offsets_partition(f"solo-{i}", 50), [1, 2]) == 2)
+        solo = next(f"solo-{i}" for i in range(1000) if placement.coordinator_node(placement.offsets_partition(f"solo-{i}", 50), [1, 2]) == 2)
         cfg = {"group.initial.rebalance.delay.ms": 60_000}
         view1: list[int] = [1]
         c1 = g.GroupCoordinator(tmp_path / "n1", cfg.__getitem__, pg_offsets(1), node_id=1, live_nodes=lambda: view1)
         c2 = g.GroupCoordinator(tmp_path / "n2", cfg.__getitem__, pg_offsets(2), node_id=2, live_nodes=lambda: [1, 2])
         await c1.start()
         await c2.start()
-        assert await c1.route(group) == g.NONE
-        assert await c1.commit_offsets(group, -1, "", None, {("t", 0): OffsetAndMetadata(4)}) == {("t", 0): g.NONE}
+        assert await c1.route(group) == ErrorCode.none
+        assert await c1.commit_offsets(group, -1, "", None, {("t", 0): OffsetAndMetadata(4)}) == {("t", 0): ErrorCode.none}
         parked = asyncio.create_task(c1.join_group(g.JoinRequest(
             group, "", None, "client", "/127.0.0.1", 10_000, 10_000, "consumer", [("range", b"")],
             require_known_member_id=False)))
         await asyncio.sleep(0.2)
         assert not parked.done()  # waiting out the initial rebalance delay
 
-        assert await c1.route(solo) == g.NONE
-        assert await c1.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): g.NONE}
+        assert await c1.route(solo) == ErrorCode.none
+        assert await c1.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): ErrorCode.none}
 
         for gid in (group, solo):
-            assert await c2.route(gid) == g.NONE
+            assert await c2.route(gid) == ErrorCode.none
         assert {tp: om.offset for tp, om in c2.fetch_offsets(group, None)[1].items()} == {("t", 0): 4}
-        assert await c2.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(6)}) == {("t", 0): g.NONE}
-        assert await c1.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(5)}) == {("t", 0): g.NOT_COORDINATOR}
+        assert await c2.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(6)}) == {("t", 0): ErrorCode.none}
+        assert await c1.commit_offsets(solo, -1, "", None, {("t", 0): OffsetAndMetadata(5)}) == {("t", 0): ErrorCode.not_coordinator}
         assert c2.committed_offsets(solo) == {("t", 0): 6}
         await c1.check_ownership()  # node 1 finds its claim of the group taken
-        assert (await asyncio.wait_for(parked, 5)).error == g.NOT_COORDINATOR
+        assert (await asyncio.wait_for(parked, 5)).error == ErrorCode.not_coordinator
 
         view1.append(2)
         await c1.check_ownership()
-        assert await c1.route(solo) == g.NOT_COORDINATOR
-        assert await c2.route(solo) == g.NONE and c2.committed_offsets(solo) == {("t", 0): 6}
+        assert await c1.route(solo) == ErrorCode.not_coordinator
+        assert await c2.route(solo) == ErrorCode.none and c2.committed_offsets(solo) == {("t", 0): 6}
         await c1.close()
         await c2.close()
 
@@ -290,7 +293,7 @@ def test_a_new_coordinator_loads_its_stored_groups_so_retention_reaches_them(pg_
         cfg = {"offsets.retention.minutes": 1}
         c1 = g.GroupCoordinator(tmp_path / "n1", cfg.__getitem__, pg_offsets(1), node_id=1, live_nodes=lambda: [1])
         await c1.start()
-        assert await c1.route("idle") == g.NONE
+        assert await c1.route("idle") == ErrorCode.none
         await c1.commit_offsets("idle", -1, "", None, {("t", 0): OffsetAndMetadata(3)})
         await c1.close()  # as if it died
 
@@ -305,7 +308,7 @@ def test_a_new_coordinator_loads_its_stored_groups_so_retention_reaches_them(pg_
         c3 = g.GroupCoordinator(tmp_path / "n3", cfg.__getitem__, pg_offsets(3), node_id=3, live_nodes=lambda: [3])
         await c3.start()
         assert await c3.list_coordinated_groups() == []
-        assert await c3.route("idle") == g.NONE and c3.committed_offsets("idle") == {}
+        assert await c3.route("idle") == ErrorCode.none and c3.committed_offsets("idle") == {}
         await c3.close()
 
     run(main())
@@ -344,7 +347,7 @@ def group_for(*placements: tuple[list[int], int]) -> str:
     """A group id that each live set ``nodes`` of ``(nodes, node)`` places on ``node``."""
     for i in range(10_000):
         gid = f"orders-app-{i}"
-        if all(g.coordinator_node(g.offsets_partition(gid, 50), nodes) == want for nodes, want in placements):
+        if all(placement.coordinator_node(placement.offsets_partition(gid, 50), nodes) == want for nodes, want in placements):
             return gid
     raise AssertionError("no such group id")
 

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.metadata_log import InvalidRecordError, record
+from kcli.metadata.metadata_log import InvalidRecordError, record
 from kcli.cluster.local import LocalClusterStore
 from kcli.cluster.postgres import PostgresClusterStore
 from kcli.cluster.state import NodeIdInUseError, StoreSettings

@@ -88,8 +88,10 @@ def test_classic_partitions_are_hosted_by_one_broker_each(two_brokers):
 
 def test_replication_factor_rules_in_a_cluster(two_brokers):
     b1, _ = two_brokers
-    err = create_error(b1.bootstrap, NewTopic("rf2", 1, 2))
-    assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR and "does not replicate" in err.str()
+    create(b1.bootstrap, NewTopic("rf2", 1, 2))  # classic partitions are replicated in a cluster (docs/replication.md)
+    assert sorted(partitions_of(b1.bootstrap, "rf2")[0].replicas) == [1, 2]
+    err = create_error(b1.bootstrap, NewTopic("rf3c", 1, 3))
+    assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR and "only 2 broker(s) are registered" in err.str()
     err = create_error(b1.bootstrap, NewTopic("rf3", 1, 3, config=DISKLESS))
     assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR and "only 2 broker(s) are registered" in err.str()
     create(b1.bootstrap, NewTopic("d2", 6, 2, config=DISKLESS))  # metadata-only replicas in both racks

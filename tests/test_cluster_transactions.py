@@ -15,8 +15,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kcli.broker import groups as g
-from kcli.broker.transactions import ONGOING, TransactionFencedError, TransactionMetadata, TransactionStateError
+from kcli.coordinator.group import coordinator as g
+from kcli.coordinator.transaction.state import (
+    ONGOING, TransactionFencedError, TransactionMetadata, TransactionStateError,
+)
 from kcli.cluster.postgres import PostgresClusterStore
 from kcli.cluster.state import StoreSettings
 from kcli.protocol.client import WireClient

@@ -30,6 +30,8 @@ from confluent_kafka.admin import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kio.schema.errors import ErrorCode
+
 from kcli.dumplog.synth import build_batch
 from kcli.protocol.client import WireClient
 from kcli.records.batch import iter_headers
@@ -40,7 +42,7 @@ from kcli.storage.cleaner import (
     decode_records,
     read_checkpoints,
 )
-from kcli.storage.errors import INVALID_RECORD, RecordValidationError
+from kcli.storage.errors import RecordValidationError
 from kcli.storage.log import PartitionLog
 from kcli.storage.log_config import LogConfig
 from tests.brokerproc import BrokerProcess
@@ -180,7 +182,7 @@ def test_keyless_records_are_refused_per_record(tmp_path: Path) -> None:
     batch = build_batch([(b"k", b"v", []), (None, b"v", []), (b"k2", b"v", []), (None, b"w", [])])
     with pytest.raises(RecordValidationError) as err:
         plog.append(batch, now_ms=T0)
-    assert err.value.code == INVALID_RECORD
+    assert err.value.code == ErrorCode.invalid_record
     assert [i for i, _m in err.value.record_errors] == [1, 3]
     assert err.value.record_errors[0][1] == "Compacted topic cannot accept message without key in topic partition t-0."
     assert plog.log_end_offset == 0
@@ -507,11 +509,11 @@ def test_keyless_records_refused_per_record_confluent_kafka_python_and_wire(cbro
     body = produce_body("keyed", 0, batch([b"a", b"b"]))
     with WireClient(b.bootstrap) as client:
         pr = client.request(0, 9, body).responses[0].partition_responses[0]
-        assert int(pr.error_code) == INVALID_RECORD
+        assert int(pr.error_code) == ErrorCode.invalid_record
         assert [(int(e.batch_index), e.batch_index_error_message) for e in pr.record_errors] == [
             (i, "Compacted topic cannot accept message without key in topic partition keyed-0.") for i in (0, 1)]
         pr = client.request(0, 7, body).responses[0].partition_responses[0]
-        assert int(pr.error_code) == INVALID_RECORD
+        assert int(pr.error_code) == ErrorCode.invalid_record
     assert produce(b.bootstrap, "keyed", [b"v"], keys=[b"k3"], partition=0) == [(0, 2)]  # nothing was appended
 
 

@@ -21,28 +21,12 @@ from kio.schema.errors import ErrorCode
 
 from plugins.coordinator import open_coordinator
 from plugins.coordinator.base import (
-    INVALID_PRODUCER_EPOCH,
-    TXN_ABORT,
-    TXN_COMMIT,
-    TXN_DATA,
-    AbortedTransaction,
-    ProducerInfo,
-    OFFSET_OUT_OF_RANGE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    BatchCoordinator,
-    CommitBatchRequest,
-    CoordinatorException,
-    CreateTopicAndPartitionsRequest,
-    DeleteFilesRequest,
-    DeleteRecordsRequest,
-    FindBatchRequest,
-    ListOffsetsRequest,
-    RetentionRequest,
-    TimestampType,
-    TopicIdPartition,
+    TXN_ABORT, TXN_COMMIT, TXN_DATA, AbortedTransaction, ProducerInfo, BatchCoordinator, CommitBatchRequest,
+    CoordinatorException, CreateTopicAndPartitionsRequest, DeleteFilesRequest, DeleteRecordsRequest,
+    FindBatchRequest, ListOffsetsRequest, RetentionRequest, TimestampType, TopicIdPartition,
 )
-from plugins.coordinator.sqlite import _ENTRY, SCHEMA_VERSION, SqliteBatchCoordinator, _Checkpointer, _Producer
+from plugins.coordinator.producers import ENTRY as _ENTRY, Producer as _Producer
+from plugins.coordinator.sqlite import SCHEMA_VERSION, SqliteBatchCoordinator, _Checkpointer
 from plugins.loader import PluginError, load_class
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
@@ -149,10 +133,10 @@ def file_of(c: BatchCoordinator, key: str):
 
 
 def test_error_codes_match_kafka() -> None:
-    assert OFFSET_OUT_OF_RANGE == ErrorCode.offset_out_of_range
-    assert UNKNOWN_TOPIC_OR_PARTITION == ErrorCode.unknown_topic_or_partition
-    assert OUT_OF_ORDER_SEQUENCE_NUMBER == ErrorCode.out_of_order_sequence_number
-    assert INVALID_PRODUCER_EPOCH == ErrorCode.invalid_producer_epoch
+    assert ErrorCode.offset_out_of_range == ErrorCode.offset_out_of_range
+    assert ErrorCode.unknown_topic_or_partition == ErrorCode.unknown_topic_or_partition
+    assert ErrorCode.out_of_order_sequence_number == ErrorCode.out_of_order_sequence_number
+    assert ErrorCode.invalid_producer_epoch == ErrorCode.invalid_producer_epoch
 
 
 # -- create / commit -------------------------------------------------------------------------
@@ -194,7 +178,7 @@ def test_failed_batch_does_not_stop_the_others(coord: SqliteBatchCoordinator) ->
     ghost = TopicIdPartition(uuid.uuid4(), "ghost", 0)
     out_of_range_partition = TopicIdPartition(a0.topic_id, a0.topic, 9)
     responses, key = commit(coord, [req(a0, 0), req(ghost, 1), req(out_of_range_partition, 2), req(a0, 3)])
-    assert [r.errors for r in responses] == [0, UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION, 0]
+    assert [r.errors for r in responses] == [0, ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_or_partition, 0]
     bad = responses[1]
     assert (bad.assigned_base_offset, bad.log_append_time, bad.log_start_offset, bad.is_duplicate) == (-1, -1, -1, False)
     assert [r.assigned_base_offset for r in (responses[0], responses[3])] == [0, 10]
@@ -269,11 +253,11 @@ def test_sequence_and_epoch_errors(coord: SqliteBatchCoordinator) -> None:
         req(a0, 3, pid=7, epoch=2, seq=10),  # in sequence: fine
         req(a0, 4),  # non-idempotent batch in the same object: fine
     ])
-    assert [r.errors for r in responses] == [OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
-                                             OUT_OF_ORDER_SEQUENCE_NUMBER, 0, 0]
+    assert [r.errors for r in responses] == [ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
+                                             ErrorCode.out_of_order_sequence_number, 0, 0]
     assert [r.assigned_base_offset for r in responses] == [-1, -1, -1, 10, 20]
     bumped, _ = commit(coord, [req(a0, 0, pid=7, epoch=3, seq=0), req(a0, 1, pid=7, epoch=2, seq=20)])
-    assert [r.errors for r in bumped] == [0, INVALID_PRODUCER_EPOCH]
+    assert [r.errors for r in bumped] == [0, ErrorCode.invalid_producer_epoch]
 
 
 def test_unknown_producer_may_start_anywhere_and_sequences_wrap(coord: SqliteBatchCoordinator) -> None:
@@ -290,13 +274,77 @@ def test_only_the_last_five_batches_are_deduplicated(coord: SqliteBatchCoordinat
     commit(coord, [req(a0, i, pid=7, epoch=0, seq=10 * i) for i in range(6)])
     responses, _ = commit(coord, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=0)])
     assert (responses[0].is_duplicate, responses[0].assigned_base_offset) == (True, 10)
-    assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER  # evicted: too old to recognise
+    assert responses[1].errors == ErrorCode.out_of_order_sequence_number  # evicted: too old to recognise
 
 
 def test_idempotence_state_is_per_partition(coord: SqliteBatchCoordinator) -> None:
     a0, a1 = topic(coord)
     responses, _ = commit(coord, [req(a0, 0, pid=7, epoch=0, seq=0), req(a1, 1, pid=7, epoch=0, seq=0)])
     assert [(r.errors, r.is_duplicate) for r in responses] == [(0, False), (0, False)]
+
+
+def test_in_order_batches_and_every_other_case_in_one_commit(coord: SqliteBatchCoordinator) -> None:
+    """A batch that continues its producer's sequence takes the commit loop's fast path; every
+    other case falls back to Kafka's full checks, even between in-order batches of one commit: a
+    gap, a duplicate (of this commit or an earlier one), an epoch bump (whose producer then
+    continues in order again), a fenced epoch, a bump not starting at 0."""
+    (a0,) = topic(coord, partitions=1)
+    commit(coord, [req(a0, 0, pid=7, epoch=0, seq=0)])  # offsets 0..9: next sequence 10
+    responses, _ = commit(coord, [
+        req(a0, 0, pid=7, epoch=0, seq=10),  # in order: the fast path
+        req(a0, 1, pid=7, epoch=0, seq=30),  # a gap
+        req(a0, 2, pid=7, epoch=0, seq=10),  # a duplicate of this commit's first batch
+        req(a0, 3, pid=7, epoch=0, seq=0),  # a duplicate of the earlier commit
+        req(a0, 4, pid=7, epoch=0, seq=20),  # in order again
+        req(a0, 5, pid=7, epoch=1, seq=0),  # an epoch bump: the producer starts afresh
+        req(a0, 6, pid=7, epoch=1, seq=10),  # in order at the new epoch
+        req(a0, 7, pid=7, epoch=0, seq=30),  # the old epoch is fenced
+        req(a0, 8, pid=7, epoch=1, seq=0),  # a duplicate at the new epoch
+        req(a0, 9, pid=7, epoch=2, seq=10),  # a bump must restart at 0
+        req(a0, 10, pid=8, epoch=0, seq=500),  # a producer new to the partition: any sequence
+        req(a0, 11, pid=8, epoch=0, seq=510),  # ... then in order
+    ])
+    oos, fenced = ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
+        (0, False, 10), (oos, False, -1), (0, True, 10), (0, True, 0), (0, False, 20), (0, False, 30),
+        (0, False, 40), (fenced, False, -1), (0, True, 30), (oos, False, -1), (0, False, 50), (0, False, 60)]
+    described = {p.producer_id: (p.producer_epoch, p.last_sequence) for p in coord.describe_producers(a0)}
+    assert described == {7: (1, 19), 8: (0, 519)}
+    # The next sequence after Int32.MAX is 0, never 2^31 (not an int32: the commit is refused).
+    commit(coord, [seq_req(a0, 0, 0x7FFFFFFF - 9, 0x7FFFFFFF, epoch=3)])
+    with pytest.raises(CoordinatorException, match="outside Kafka's int16 / int32"):
+        commit(coord, [seq_req(a0, 0, 1 << 31, (1 << 31) + 9, epoch=3)])
+    assert commit(coord, [seq_req(a0, 0, 0, 9, epoch=3)])[0][0].errors == 0
+
+
+def test_a_refused_commit_leaves_producer_state_as_it_was(backend: Backend, clock: Clock) -> None:
+    """The PostgreSQL coordinator checks and appends a commit's idempotent batches in memory, in
+    place, before its statement (the fast path for in-order batches, the full checks otherwise),
+    and puts memory back when the commit does not happen: the ring slot an append overwrote, a
+    producer restarted at a new epoch, a producer new to the partition. Here the object key was
+    committed before, so the statement writes nothing (SQLite refuses it before any check)."""
+    c = backend.open(clock)
+    (a0,) = topic(c, partitions=1)
+    commit(c, [req(a0, i, pid=7, epoch=0, seq=10 * i) for i in range(5)], key="wal/taken")  # 5 cached: ring full
+    for _ in range(2):
+        with pytest.raises(CoordinatorException, match="already committed"):
+            commit(c, [req(a0, 0, pid=7, epoch=0, seq=50),  # in order: overwrites the slot of seq 0..9
+                       req(a0, 1, pid=7, epoch=0, seq=60),
+                       req(a0, 2, pid=7, epoch=1, seq=0),  # epoch bump: a fresh producer
+                       req(a0, 3, pid=7, epoch=1, seq=10),  # in order on the fresh one
+                       req(a0, 4, pid=8, epoch=0, seq=100)], key="wal/taken")  # new to the partition
+    responses, _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=0),  # still cached (its slot is back)
+                              req(a0, 1, pid=8, epoch=0, seq=7),  # still unknown: any sequence
+                              req(a0, 2, pid=7, epoch=0, seq=50)])  # epoch 0 continues at 50
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
+        (0, True, 0), (0, False, 50), (0, False, 60)]
+    c.close()  # the snapshot holds what was kept
+    c = backend.open(clock)
+    responses, _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=50),
+                              req(a0, 2, pid=8, epoch=0, seq=17), req(a0, 3, pid=7, epoch=0, seq=60)])
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
+        (0, True, 10), (0, True, 60), (0, False, 70), (0, False, 80)]
+    c.close()
 
 
 def test_idempotence_survives_restart(backend: Backend, clock: Clock) -> None:
@@ -307,7 +355,7 @@ def test_idempotence_survives_restart(backend: Backend, clock: Clock) -> None:
     c = backend.open(clock)
     responses, _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=30)])
     assert (responses[0].is_duplicate, responses[0].assigned_base_offset) == (True, 10)
-    assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert responses[1].errors == ErrorCode.out_of_order_sequence_number
     c.close()
 
 
@@ -324,7 +372,7 @@ def test_idempotence_survives_deleting_the_data(coord: SqliteBatchCoordinator, b
     reopened = backend.open()
     responses, _ = commit(reopened, [req(a0, 0, pid=7, epoch=0, seq=10), req(a0, 1, pid=7, epoch=0, seq=30)])
     assert (responses[0].is_duplicate, responses[0].assigned_base_offset) == (True, 10)
-    assert responses[1].errors == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert responses[1].errors == ErrorCode.out_of_order_sequence_number
     assert commit(reopened, [req(a0, 0, pid=7, epoch=0, seq=20)])[0][0].assigned_base_offset == 20
     reopened.close()
 
@@ -339,14 +387,14 @@ def seq_req(tip: TopicIdPartition, i: int, base_seq: int, last_seq: int, epoch: 
     # starts right after the last cached batch (no shortcut may skip the scan).
     ([(10, 9), (10, 9), (10, 12)], [(0, False, 0), (0, True, 0), (0, False, 10)]),
     ([(5, 9), (10, 4), (5, 9), (6, 9)],
-     [(0, False, 0), (0, False, 10), (0, True, 0), (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1)]),
+     [(0, False, 0), (0, False, 10), (0, True, 0), (ErrorCode.out_of_order_sequence_number, False, -1)]),
     # Sequences wrap at Int32.MAX; retries on both sides of the wrap are recognised.
     ([(0x7FFFFFFF - 9, 0x7FFFFFFF), (0, 9), (0, 9), (0x7FFFFFFF - 9, 0x7FFFFFFF), (10, 19)],
      [(0, False, 0), (0, False, 10), (0, True, 10), (0, True, 0), (0, False, 20)]),
     # No sequence (-1) accepts anything after it; its retry is a duplicate.
     ([(-1, -1), (-1, -1), (7, 16), (17, 26), (7, 16), (30, 39)],
      [(0, False, 0), (0, True, 0), (0, False, 10), (0, False, 20), (0, True, 10),
-      (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1)]),
+      (ErrorCode.out_of_order_sequence_number, False, -1)]),
 ])
 @pytest.mark.parametrize("per_commit", [1, 10])
 def test_idempotence_with_unusual_sequences(coord: SqliteBatchCoordinator, batches: list, expected: list,
@@ -441,9 +489,9 @@ def test_find_batches_edges(coord: SqliteBatchCoordinator) -> None:
         FindBatchRequest(a0, 30, 1000), FindBatchRequest(a0, 31, 1000), FindBatchRequest(a0, 11, 1000),
         FindBatchRequest(ghost, 0, 1000), FindBatchRequest(a0, 12, 1000)], 1 << 20)
     assert (at_end.errors, at_end.batches, at_end.high_watermark) == (0, [], 30)
-    assert (past.errors, past.log_start_offset, past.high_watermark) == (OFFSET_OUT_OF_RANGE, 12, 30)
-    assert before.errors == OFFSET_OUT_OF_RANGE
-    assert (unknown.errors, unknown.log_start_offset, unknown.high_watermark) == (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+    assert (past.errors, past.log_start_offset, past.high_watermark) == (ErrorCode.offset_out_of_range, 12, 30)
+    assert before.errors == ErrorCode.offset_out_of_range
+    assert (unknown.errors, unknown.log_start_offset, unknown.high_watermark) == (ErrorCode.unknown_topic_or_partition, -1, -1)
     assert [b.metadata.base_offset for b in from_start.batches] == [10, 20]
 
 
@@ -474,7 +522,7 @@ def test_list_offsets(coord: SqliteBatchCoordinator, clock: Clock) -> None:
     assert ask(a0, T0 + 51) == (0, -1, -1)
     assert ask(a1, ListOffsetsRequest.MAX_TIMESTAMP) == (0, -1, -1)
     assert ask(a1, T0) == (0, -1, -1)
-    assert ask(ghost, ListOffsetsRequest.LATEST_TIMESTAMP) == (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+    assert ask(ghost, ListOffsetsRequest.LATEST_TIMESTAMP) == (ErrorCode.unknown_topic_or_partition, -1, -1)
     coord.delete_records([DeleteRecordsRequest(a0, 15)])
     assert ask(a0, ListOffsetsRequest.EARLIEST_TIMESTAMP) == (0, -1, 15)
     assert ask(a0, T0 - 1000) == (0, T0 - 100, 15)  # never before the log start
@@ -493,9 +541,9 @@ def test_delete_records(coord: SqliteBatchCoordinator, clock: Clock) -> None:
         DeleteRecordsRequest(a0, 15), DeleteRecordsRequest(a1, 11), DeleteRecordsRequest(a1, -5),
         DeleteRecordsRequest(ghost, 0)])
     assert (mid.errors, mid.low_watermark) == (0, 15)
-    assert (beyond.errors, beyond.low_watermark) == (OFFSET_OUT_OF_RANGE, -1)
-    assert negative.errors == OFFSET_OUT_OF_RANGE
-    assert unknown.errors == UNKNOWN_TOPIC_OR_PARTITION
+    assert (beyond.errors, beyond.low_watermark) == (ErrorCode.offset_out_of_range, -1)
+    assert negative.errors == ErrorCode.offset_out_of_range
+    assert unknown.errors == ErrorCode.unknown_topic_or_partition
     log = log_of(coord, a0)
     assert (log.log_start_offset, log.batch_count, log.byte_size) == (15, 2, 200)
     assert file_of(coord, key1).used_size == 100
@@ -524,7 +572,7 @@ def test_delete_topics_and_file_lifecycle(coord: SqliteBatchCoordinator, clock: 
     assert not coord.is_safe_to_delete_file(shared)
     assert coord.is_safe_to_delete_file("wal/never-heard-of")
     assert [r.errors for r in coord.commit_file("wal/late", 1, 200, [req(a0), req(b0)])] == [
-        UNKNOWN_TOPIC_OR_PARTITION, 0]
+        ErrorCode.unknown_topic_or_partition, 0]
     coord.delete_files(DeleteFilesRequest([only_a, shared, "wal/unknown"]))  # live 'shared' must stay
     assert coord.known_object_keys() == {shared, "wal/late"}
     assert coord.get_files_to_delete() == []
@@ -540,7 +588,7 @@ def test_delete_partitions(coord: SqliteBatchCoordinator, clock: Clock) -> None:
     assert (file_of(coord, mixed).used_size, file_of(coord, mixed).state) == (100, "uploaded")
     assert (file_of(coord, dropped_only).state, file_of(coord, dropped_only).marked_for_deletion_at_ms) == (
         "deleting", T0 + 5)
-    assert commit(coord, [req(a2)])[0][0].errors == UNKNOWN_TOPIC_OR_PARTITION
+    assert commit(coord, [req(a2)])[0][0].errors == ErrorCode.unknown_topic_or_partition
     # Adding the partitions back (KIP-694 re-increase) starts fresh logs, with no producer state.
     coord.create_topic_and_partitions([CreateTopicAndPartitionsRequest(a0.topic_id, "orders", 4)])
     responses, _ = commit(coord, [req(a3, 0, pid=5, epoch=0, seq=0)])
@@ -560,7 +608,7 @@ def test_retention_by_time_stops_at_first_young_batch(coord: SqliteBatchCoordina
         [RetentionRequest(a0, 3000, -1), (a1, -1, -1), RetentionRequest(ghost, 1, 1)], now_ms=now)
     assert (r0.errors, r0.log_start_offset, r0.deleted_batches, r0.deleted_bytes) == (0, 20, 2, 200)
     assert (r1.deleted_batches, r1.log_start_offset) == (0, 0)  # -1/-1: keep forever
-    assert r_ghost.errors == UNKNOWN_TOPIC_OR_PARTITION
+    assert r_ghost.errors == ErrorCode.unknown_topic_or_partition
     assert log_of(coord, a0).log_start_offset == 20
     assert file_of(coord, key).used_size == 300
 
@@ -703,7 +751,7 @@ os._exit(0)
     responses, _ = commit(c, [req(tip, 0, pid=7, epoch=0, seq=0), req(tip, 1, pid=7, epoch=0, seq=40),
                               req(tip, 2, pid=7, epoch=0, seq=60), req(tip, 3, pid=7, epoch=0, seq=50)])
     assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [
-        (0, True, 0), (0, True, 40), (OUT_OF_ORDER_SEQUENCE_NUMBER, False, -1), (0, False, 50)]
+        (0, True, 0), (0, True, 40), (ErrorCode.out_of_order_sequence_number, False, -1), (0, False, 50)]
     c.close()
 
 
@@ -1330,7 +1378,7 @@ def test_replace_batches_keeps_idempotence_state(backend: Backend, clock: Clock)
         (dup,), _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=10)])
         assert (dup.is_duplicate, dup.assigned_base_offset) == (True, 10)
         (nxt,), _ = commit(c, [req(a0, 0, pid=7, epoch=0, seq=30)])
-        assert nxt.errors == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert nxt.errors == ErrorCode.out_of_order_sequence_number
     (ok,), _ = commit(coord, [req(a0, 0, pid=7, epoch=0, seq=20)])
     assert (ok.errors, ok.assigned_base_offset) == (0, 20)
 
@@ -1413,9 +1461,9 @@ def test_transactions_track_open_and_aborted_ranges_and_the_lso(backend: Backend
     (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=1, seq=-1, kind=TXN_ABORT)])
     assert (r.errors, r.assigned_base_offset) == (0, 37)
     (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=0, seq=5)])
-    assert r.errors == INVALID_PRODUCER_EPOCH
+    assert r.errors == ErrorCode.invalid_producer_epoch
     (r,), _ = commit(c2, [txn_req(tip, 0, pid=8, epoch=0, seq=-1, kind=TXN_COMMIT)])
-    assert r.errors == INVALID_PRODUCER_EPOCH
+    assert r.errors == ErrorCode.invalid_producer_epoch
     resp = find(c2, tip, committed=True)
     assert (resp.last_stable_offset, resp.high_watermark) == (38, 38)
     assert resp.aborted_transactions == [AbortedTransaction(7, 10, 20), AbortedTransaction(8, 31, 37)]

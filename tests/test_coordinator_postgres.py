@@ -23,20 +23,13 @@ from confluent_kafka import Consumer, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kio.schema.errors import ErrorCode
+
 from plugins.coordinator import open_coordinator
 from plugins.coordinator.base import (
-    BatchMetadata,
-    CommitBatchRequest,
-    CoordinatorException,
-    CreateTopicAndPartitionsRequest,
-    DeleteFilesRequest,
-    DeleteRecordsRequest,
-    INVALID_PRODUCER_EPOCH,
-    FindBatchRequest,
-    ListOffsetsRequest,
-    RetentionRequest,
-    TXN_ABORT,
-    TopicIdPartition,
+    BatchMetadata, CommitBatchRequest, CoordinatorException, CreateTopicAndPartitionsRequest,
+    DeleteFilesRequest, DeleteRecordsRequest, FindBatchRequest, ListOffsetsRequest, RetentionRequest,
+    TXN_ABORT, TXN_DATA, TopicIdPartition,
 )
 from plugins.coordinator.postgresql import (
     BATCH_INDEX_BITS,
@@ -44,10 +37,9 @@ from plugins.coordinator.postgresql import (
     MIGRATIONS,
     SCHEMA_VERSION,
     PostgresBatchCoordinator,
-    _PackedProducer,
     _RUN_ENTRY,
 )
-from plugins.coordinator.sqlite import _Producer
+from plugins.coordinator.producers import ENTRY
 from tests.diskless_helpers import DISKLESS, FAST
 from tests.fixtures_cli import assert_one_line_error, cli_env, run_kcli  # noqa: F401 - fixture
 from tests.fixtures_pg import PgServer, pg_database, pg_server  # noqa: F401 - fixtures
@@ -270,29 +262,11 @@ def test_random_operations_through_two_brokers_keep_the_invariants(property_data
             b.close()
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(-3, 40), st.integers(-3, 40)), max_size=9), st.integers(0, 40),
-       st.integers(0, 9))
-def test_packed_producer_state_matches_the_ring(stored: list, base_seq: int, length: int) -> None:
-    """The packed fast path keeps exactly the state _Producer keeps, and offers the shortcut
-    exactly when _Producer does (the full checks run otherwise)."""
-    ring = _Producer(0, [(b, l, i, i, T0) for i, (b, l) in enumerate(stored)])
-    packed = _PackedProducer(0, ring.encode())
-    assert packed.next_sequence == ring.next_sequence
-    entry = (base_seq, base_seq + length, 100, 110, T0 + 1)
-    if packed.next_sequence == base_seq or not stored:
-        packed.append(*entry)
-        ring.append(*entry)
-        assert packed.encode() == ring.encode()
-        assert packed.next_sequence == ring.next_sequence
-
-
 def test_one_commit_updates_known_producers_and_adds_new_ones(pg_database: str) -> None:
-    """A commit writes the state of producers the database knows (UPDATE) and of new ones
-    (INSERT) separately, and reads it by (partition slot, producer id): one object mixing the
-    next batch of a known producer, the same producer id on another partition, an epoch bump, a
-    duplicate and a new producer on two partitions leaves exactly Kafka's state behind, as
-    another broker (instance) sees it."""
+    """One object mixing the next batch of a known producer, the same producer id on another
+    partition, an epoch bump, a duplicate and a new producer on two partitions leaves exactly
+    Kafka's state behind, as another broker (instance) sees it; the snapshots written when the
+    brokers close hold that state."""
     a, b = PostgresBatchCoordinator(pg_database), PostgresBatchCoordinator(pg_database)
     t0, t1 = new_topic(a, 2)
     first = [batch(t0, 0, 5, pid=7, epoch=0, seq=0), batch(t1, 1, 3, pid=7, epoch=0, seq=0),
@@ -312,11 +286,13 @@ def test_one_commit_updates_known_producers_and_adds_new_ones(pg_database: str) 
     retries = a.commit_file("wal/3", 1, 601, mixed[:3] + mixed[4:] + [batch(t0, 3, 1, pid=8, epoch=0, seq=2)])
     assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in retries[:5]] == [
         (0, True, 7), (0, True, 7), (0, True, 12), (0, True, 14), (0, True, 10)]
-    assert retries[5].errors == INVALID_PRODUCER_EPOCH
+    assert retries[5].errors == ErrorCode.invalid_producer_epoch
     following = [batch(t0, 0, 1, pid=7, epoch=0, seq=10), batch(t1, 1, 1, pid=7, epoch=0, seq=6),
                  batch(t0, 2, 1, pid=8, epoch=1, seq=2), batch(t1, 3, 1, pid=9, epoch=0, seq=4),
                  batch(t0, 4, 1, pid=10, epoch=0, seq=1), batch(t1, 5, 1, pid=10, epoch=0, seq=1)]
     assert [(r.errors, r.is_duplicate) for r in b.commit_file("wal/4", 2, 601, following)] == [(0, False)] * 6
+    a.close()
+    b.close()
     with psycopg.connect(pg_database, connect_timeout=10) as raw:
         rows = raw.execute("SELECT l.partition, p.producer_id, p.producer_epoch, length(p.batches)"
                            " FROM producer_state p JOIN logs l USING (log_id) ORDER BY 1, 2").fetchall()
@@ -325,6 +301,199 @@ def test_one_commit_updates_known_producers_and_adds_new_ones(pg_database: str) 
                     (1, 7, 0, 3 * entry), (1, 9, 0, 2 * entry), (1, 10, 0, 2 * entry)]
     a.close()
     b.close()
+
+
+# -- producer state: derived from the runs, snapshotted periodically (schema 4) ------------------
+
+
+def idem(tip: TopicIdPartition, seq: int, *, pid: int = 9, epoch: int = 0, records: int = 5) -> CommitBatchRequest:
+    return batch(tip, 0, records, pid=pid, epoch=epoch, seq=seq)
+
+
+def answer(c: PostgresBatchCoordinator, key: str, req: CommitBatchRequest) -> tuple[int, bool, int]:
+    (r,) = c.commit_file(key, 1, 101, [req])
+    return int(r.errors), r.is_duplicate, r.assigned_base_offset
+
+
+def snapshot_rows(url: str) -> list[tuple]:
+    with psycopg.connect(url, connect_timeout=10) as raw:
+        return raw.execute("SELECT l.partition, l.producer_snapshot_offset, p.producer_id, length(p.batches)"
+                           " FROM logs l LEFT JOIN producer_state p USING (log_id) ORDER BY 1, 3").fetchall()
+
+
+def test_duplicates_are_found_across_a_snapshot_boundary(pg_database: str) -> None:
+    """Batches before the snapshot are in its rows, batches after it only in the runs: a broker
+    that starts after both (its state rebuilt from snapshot + runs) recognises retries of either,
+    and the sequence continues from the newest."""
+    a = PostgresBatchCoordinator(pg_database)
+    (tip,) = new_topic(a, 1)
+    for n in range(4):  # offsets 0, 5, 10, 15
+        assert answer(a, f"wal/a{n}", idem(tip, 5 * n)) == (0, False, 5 * n)
+    assert a._snapshot_producers() == 1
+    assert snapshot_rows(pg_database) == [(0, 20, 9, 4 * 32)]
+    for n in range(4, 7):  # offsets 20, 25, 30: after the snapshot, in runs only
+        assert answer(a, f"wal/a{n}", idem(tip, 5 * n)) == (0, False, 5 * n)
+    b = PostgresBatchCoordinator(pg_database)  # a second broker, nothing in memory
+    assert answer(b, "wal/b0", idem(tip, 10)) == (0, True, 10), "a retry from before the snapshot (last 5)"
+    assert answer(b, "wal/b1", idem(tip, 30)) == (0, True, 30), "a retry from after it"
+    assert answer(b, "wal/b2", idem(tip, 0))[0] == ErrorCode.out_of_order_sequence_number, "older than the last 5"
+    assert answer(b, "wal/b3", idem(tip, 40))[0] == ErrorCode.out_of_order_sequence_number, "a gap"
+    assert answer(b, "wal/b4", idem(tip, 35)) == (0, False, 35)
+    assert answer(a, "wal/a7", idem(tip, 35)) == (0, True, 35), "a sees b's batch (its memory was behind)"
+    assert answer(a, "wal/a8", idem(tip, 40)) == (0, False, 40)
+    (info,) = b.describe_producers(tip)
+    assert (info.producer_id, info.producer_epoch, info.last_sequence) == (9, 0, 44)
+    a.close()
+    b.close()
+
+
+def test_producer_state_survives_a_restart_with_and_without_a_snapshot(pg_database: str) -> None:
+    """A clean close snapshots the state; a broker that died without one leaves only runs: the
+    next start rebuilds the same state either way, fencing included."""
+    c = PostgresBatchCoordinator(pg_database)
+    t0, t1 = new_topic(c, 2)
+    assert answer(c, "wal/1", idem(t0, 0)) == (0, False, 0)
+    assert answer(c, "wal/2", idem(t1, 0, epoch=3)) == (0, False, 0)
+    c.close()  # snapshot written
+    assert [row[:3] for row in snapshot_rows(pg_database)] == [(0, 5, 9), (1, 5, 9)]
+    c = PostgresBatchCoordinator(pg_database)
+    assert answer(c, "wal/3", idem(t0, 0)) == (0, True, 0)
+    assert answer(c, "wal/4", idem(t0, 5)) == (0, False, 5)
+    assert answer(c, "wal/5", idem(t1, 5, epoch=2))[0] == ErrorCode.invalid_producer_epoch
+    c._snapshotter.stop()  # a crash: no snapshot on the way out
+    c._snapshotter = None
+    c._pool.close()
+    c._pool = None
+    c = PostgresBatchCoordinator(pg_database)
+    assert answer(c, "wal/6", idem(t0, 5)) == (0, True, 5), "rebuilt from the snapshot and the runs after it"
+    assert answer(c, "wal/7", idem(t1, 5, epoch=2))[0] == ErrorCode.invalid_producer_epoch
+    assert answer(c, "wal/8", idem(t1, 5, epoch=3)) == (0, False, 5)
+    c.close()
+
+
+def test_two_brokers_interleaving_on_one_partition_with_snapshots_and_retention(pg_database: str) -> None:
+    """Two brokers (instances on one database) take turns on one partition's producers, snapshot
+    at different moments, and retention deletes the oldest batches (it snapshots first): every
+    retry is a duplicate with its original offset, whichever broker it reaches."""
+    brokers = [PostgresBatchCoordinator(pg_database), PostgresBatchCoordinator(pg_database)]
+    (tip,) = new_topic(brokers[0], 1)
+    offsets: dict[tuple[int, int], int] = {}
+    for n in range(12):
+        c = brokers[n % 2]
+        for pid in (1, 2):
+            r = answer(c, f"wal/{n}-{pid}", idem(tip, 5 * n, pid=pid))
+            assert r[:2] == (0, False)
+            offsets[(pid, 5 * n)] = r[2]
+        if n % 3 == 1:
+            c._snapshot_producers()
+        if n == 8:
+            (result,) = brokers[0].enforce_retention([RetentionRequest(tip, -1, 300)], now_ms=T0)
+            assert result.deleted_batches > 0
+    for k, c in enumerate(brokers + [PostgresBatchCoordinator(pg_database)]):
+        for pid in (1, 2):
+            for seq in (35, 55):  # among the last 5 of each producer (seq 55 is the newest)
+                assert answer(c, f"wal/retry-{k}-{pid}-{seq}", idem(tip, seq, pid=pid)) == (0, True, offsets[(pid, seq)])
+        c.close()
+    check_invariants(pg_database)
+
+
+def test_a_version_3_database_migrates_its_producer_state(pg_database: str) -> None:
+    """A version-3 database kept every producer's state current in producer_state: opened by
+    this kcli it becomes the snapshot as of each log's high watermark, so retries, the next
+    sequence and fencing answer as before the upgrade."""
+    topic = uuid.uuid4()
+    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:
+        with raw.transaction():
+            raw.execute("CREATE TABLE schema_version (version integer PRIMARY KEY,"
+                        " applied_at timestamptz NOT NULL DEFAULT now())")
+            for version in range(1, 4):
+                for statement in MIGRATIONS[version - 1]:
+                    raw.execute(statement)
+                raw.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+        log_id = raw.execute("INSERT INTO logs (topic_id, partition, topic_name, high_watermark, byte_size)"
+                             " VALUES (%s, 0, 'v3', 10, 200) RETURNING log_id", (topic,)).fetchone()[0]
+        file_id = raw.execute("INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at)"
+                              " VALUES ('wal/v3', 1, 1000, 200, 'uploaded', %s) RETURNING file_id", (T0,)).fetchone()[0]
+        entries = b"".join(_RUN_ENTRY.pack(i, 5 * i, 5 * i + 4, 1 + 100 * i, 100, T0, T0, 0, 9, 2, 5 * i, 5 * i + 4)
+                           for i in range(2))
+        raw.execute("INSERT INTO batch_runs VALUES (%s, 9, 0, %s, 2, 200, %s, %s)", (log_id, file_id, T0, entries))
+        raw.execute("INSERT INTO file_topics VALUES (%s, %s, 'v3', 200, 200)", (file_id, topic))
+        state = b"".join(ENTRY.pack(5 * i, 5 * i + 4, 5 * i, 5 * i + 4, T0) for i in range(2))
+        raw.execute("INSERT INTO producer_state VALUES (%s, 9, 2, %s)", (log_id, state))
+    c = PostgresBatchCoordinator(pg_database)
+    tip = TopicIdPartition(topic, "v3", 0)
+    assert snapshot_rows(pg_database) == [(0, 10, 9, 2 * 32)], "the rows are the snapshot as of the high watermark"
+    assert answer(c, "wal/1", idem(tip, 5, epoch=2)) == (0, True, 5)
+    assert answer(c, "wal/2", idem(tip, 10, epoch=1))[0] == ErrorCode.invalid_producer_epoch
+    assert answer(c, "wal/3", idem(tip, 20, epoch=2))[0] == ErrorCode.out_of_order_sequence_number
+    assert answer(c, "wal/4", idem(tip, 10, epoch=2)) == (0, False, 10)
+    c.close()
+    with psycopg.connect(pg_database, connect_timeout=10) as raw:
+        assert raw.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,) == (4,)
+        assert raw.execute("SELECT producers FROM batch_runs ORDER BY last_offset").fetchall() == [(None,), (True,)]
+    check_invariants(pg_database)
+
+
+def test_an_idempotent_commit_writes_no_producer_rows(pg_database: str) -> None:
+    """What the schema-4 design is for: a commit of idempotent batches touches no producer_state
+    row (they are written by snapshots, not per commit)."""
+    c = PostgresBatchCoordinator(pg_database)
+    tips = new_topic(c, 3)
+    c.commit_file("wal/0", 1, 1001, [batch(t, i, pid=p, epoch=0, seq=0) for i, (t, p) in
+                                     enumerate((t, p) for t in tips for p in (1, 2, 3))])
+    with psycopg.connect(pg_database, autocommit=True, connect_timeout=10) as raw:
+        def writes() -> int:
+            raw.execute("SELECT pg_stat_clear_snapshot()")
+            row = raw.execute("SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables"
+                              " WHERE relname = 'producer_state'").fetchone()
+            return int(row[0])
+        before = writes()
+        for n in range(1, 4):
+            assert all(r.errors == 0 and not r.is_duplicate for r in c.commit_file(
+                f"wal/{n}", 1, 1001, [batch(t, i, pid=p, epoch=0, seq=3 * n) for i, (t, p) in
+                                      enumerate((t, p) for t in tips for p in (1, 2, 3))]))
+        time.sleep(0.7)  # the statistics collector's delay
+        assert writes() == before
+    c.close()
+
+
+def test_a_stale_commit_puts_memory_back_and_is_redone_under_the_locks(pg_database: str) -> None:
+    """Broker a's memory is behind b's commit: a's in-order batch is appended in place (the fast
+    path, overwriting the ring slot of the oldest batch), its statement finds the log moved on and
+    writes nothing, memory goes back (slot included), and the redo under the logs' locks reads b's
+    run and answers with b's offset — not the offset a had guessed."""
+    a = PostgresBatchCoordinator(pg_database, clock=lambda: T0)
+    b = PostgresBatchCoordinator(pg_database, clock=lambda: T0)
+    (tip,) = new_topic(a, 1)
+    for n in range(5):  # a caches 5 batches: its ring is full
+        assert answer(a, f"wal/a{n}", idem(tip, 5 * n)) == (0, False, 5 * n)
+    b.commit_file("wal/b0", 2, 201, [batch(tip, 0, 3), batch(tip, 1, 5, pid=9, epoch=0, seq=25)])  # 25..27, 28..32
+    assert answer(a, "wal/a5", idem(tip, 25)) == (0, True, 28), "b's batch, at b's offset"
+    state = a._states[(tip.topic_id, tip.partition)]
+    assert state.hwm == 33 and 9 in state.dirty
+    assert state.producers[9].batches == [(5 * n, 5 * n + 4, 5 * n, 5 * n + 4, T0) for n in range(1, 5)] + [
+        (25, 29, 28, 32, T0)]
+    assert answer(a, "wal/a6", idem(tip, 30)) == (0, False, 33)
+    a.close()
+    b.close()
+
+
+def test_a_transactional_batch_after_in_order_ones_redoes_the_commit_under_the_locks(pg_database: str) -> None:
+    """Batches checked in memory before a transactional one (which needs the logs' locks) were
+    appended in place; the commit is redone under the locks from memory as it was, so each batch
+    is in its producer's state once."""
+    c = PostgresBatchCoordinator(pg_database, clock=lambda: T0)
+    (tip,) = new_topic(c, 1)
+    assert answer(c, "wal/0", idem(tip, 0)) == (0, False, 0)
+    assert answer(c, "wal/1", idem(tip, 0, pid=10)) == (0, False, 5)
+    transactional = CommitBatchRequest(1, tip, 101, 100, 0, 4, T0, 0, 10, 0, 5, 9, TXN_DATA)
+    responses = c.commit_file("wal/2", 1, 201, [idem(tip, 5), transactional])
+    assert [(r.errors, r.is_duplicate, r.assigned_base_offset) for r in responses] == [(0, False, 10), (0, False, 15)]
+    producers = c._states[(tip.topic_id, tip.partition)].producers
+    assert producers[9].batches == [(0, 4, 0, 4, T0), (5, 9, 10, 14, T0)]
+    assert producers[10].batches == [(0, 4, 5, 9, T0), (5, 9, 15, 19, T0)]
+    assert c.list_offsets([ListOffsetsRequest(tip, -1, read_committed=True)])[0].offset == 15
+    c.close()
 
 
 # -- outages and bounded waits -------------------------------------------------------------------

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kio.schema.errors import ErrorCode
+
 from plugins.coordinator.base import FindBatchRequest
 from plugins.coordinator.sqlite import SqliteBatchCoordinator
 from tests.brokerproc import BrokerProcess
@@ -181,12 +183,11 @@ def test_keyless_records_refused_per_record_on_a_compacted_diskless_topic(dbroke
     assert produce(b.bootstrap, "dkeyed", [b"v"], keys=[b"k"], partition=0) == [(0, 0)]  # nothing was appended
     # the wire: Produce v8+ names each refused record
     from kcli.protocol.client import WireClient
-    from kcli.storage.errors import INVALID_RECORD
     from tests.wire_helpers import batch, produce_body
 
     with WireClient(b.bootstrap) as client:
         pr = client.request(0, 9, produce_body("dkeyed", 0, batch([b"a", b"b"]))).responses[0].partition_responses[0]
-    assert int(pr.error_code) == INVALID_RECORD
+    assert int(pr.error_code) == ErrorCode.invalid_record
     assert [int(e.batch_index) for e in pr.record_errors] == [0, 1]
     assert "Compacted topic cannot accept message without key" in pr.record_errors[0].batch_index_error_message
     # a diskless topic switched to compact later is cleaned too (no longer refused)

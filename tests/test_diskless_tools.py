@@ -139,7 +139,7 @@ def test_verify_finds_a_flipped_byte_online_and_offline_naming_object_and_positi
     path.write_bytes(bytes(data))
 
     expected = [{"object_key": victim["object_key"], "byte_offset": batch["byte_offset"],
-                 "partition": f"v-{batch['partition']}", "problem": "CRC-32C mismatch"}]
+                 "byte_size": batch["byte_size"], "partition": f"v-{batch['partition']}", "problem": "CRC-32C mismatch"}]
     online = kcli_inproc(*bs, "diskless", "verify", "-o", "json")
     assert online.code == 1
     doc = online.json()

@@ -258,3 +258,56 @@ def test_defaults_checked_against_each_other_and_the_topics(broker_factory) -> N
         create_topic(bs, "tt2", config={"remote.storage.enable": "true"})
     assert err.value.args[0].name() == "INVALID_CONFIG" and "Remote log storage" in err.value.args[0].str()
     create_topic(bs, "tt3", config={"remote.storage.enable": "true", "cleanup.policy": "delete"})
+
+
+def describe_raw(bootstrap: str, name: str, keys: list[str] | None = None) -> dict:
+    """DescribeConfigs v4 of a BROKER resource with synonyms and documentation: {name: entry}."""
+    with WireClient(bootstrap) as client:
+        r = client.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": keys}],
+                                   "include_synonyms": True, "include_documentation": True}).results[0]
+    assert r.error_code == 0, r.error_message
+    return {c.name: c for c in r.configs}
+
+
+def test_kafka_broker_configs_kcli_does_not_implement(broker) -> None:  # noqa: ANN001
+    """A broker config Kafka knows but kcli does not implement is accepted as Kafka accepts it:
+    stored when Kafka can change it at run time (per broker, or cluster-wide), described with a
+    note that it has no effect in kcli, kept across a restart; Kafka's read-only ones get Kafka's
+    INVALID_REQUEST; only a name Kafka does not know either is INVALID_CONFIG."""
+    bs = broker.bootstrap
+    relogin = "sasl.kerberos.min.time.before.relogin"  # Kafka: per-broker
+    set_broker(bs, "1", {relogin: "30000"})
+    set_broker(bs, "", {"background.threads": "4"})  # Kafka: cluster-wide
+    d = describe(bs, ResourceType.BROKER, "1")
+    assert vs(d[relogin]) == ("30000", DYNAMIC_BROKER) and d[relogin][3] is False
+    assert vs(d["background.threads"]) == ("4", DYNAMIC_DEFAULT)
+    assert vs(describe(bs, ResourceType.BROKER, "")["background.threads"]) == ("4", DYNAMIC_DEFAULT)
+    raw = describe_raw(bs, "1", [relogin, "background.threads", "num.partitions"])
+    assert set(raw) == {relogin, "background.threads", "num.partitions"}
+    assert "no effect in kcli" in raw[relogin].documentation
+    assert "no effect in kcli" not in (raw["num.partitions"].documentation or "")
+    assert [(s.name, s.value, SOURCES[s.source]) for s in raw[relogin].synonyms] == [(relogin, "30000", DYNAMIC_BROKER)]
+    recs = [r["data"] for r in metadata_records(broker.data_dir) if r["type"] == "ConfigRecord"]
+    assert {(r["resourceName"], r["name"], r["value"]) for r in recs} == {("1", relogin, "30000"), ("", "background.threads", "4")}
+    broker.restart()
+    assert vs(describe(bs, ResourceType.BROKER, "1")[relogin]) == ("30000", DYNAMIC_BROKER)
+
+    # Kafka's answers: a per-broker config at the cluster-wide default, a read-only config, a bad value
+    with pytest.raises(AlterError, match=f"invalid_request: .*Cannot update these configs at default cluster level, "
+                                         f"broker id must be specified: Set.{relogin}."):
+        set_broker(bs, "", {relogin: "30000"})
+    with pytest.raises(KafkaException) as err:
+        set_broker(bs, "1", {"auto.leader.rebalance.enable": "false"})
+    assert err.value.args[0].name() == "INVALID_REQUEST"
+    assert "Cannot update these configs dynamically: Set(auto.leader.rebalance.enable)" in err.value.args[0].str()
+    with pytest.raises(KafkaException) as err:
+        set_broker(bs, "1", {relogin: "soon"})
+    assert err.value.args[0].name() == "INVALID_REQUEST" and relogin in err.value.args[0].str()
+    with pytest.raises(KafkaException) as err:
+        set_broker(bs, "1", {"sasl.kerberos.min.time.before.relogon": "1"})  # a typo: not Kafka's either
+    assert err.value.args[0].name() == "INVALID_CONFIG" and "sasl.kerberos.min.time.before.relogon" in err.value.args[0].str()
+
+    # deleted like any dynamic config; then no longer described
+    set_broker(bs, "1", {relogin: None})
+    set_broker(bs, "", {"background.threads": None})
+    assert relogin not in describe(bs, ResourceType.BROKER, "1") and describe(bs, ResourceType.BROKER, "") == {}

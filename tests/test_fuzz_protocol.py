@@ -215,7 +215,7 @@ SASL_PASSWORD = "fuzz-secret"
 
 @pytest.fixture(scope="module")
 def sasl_fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    from kcli.broker.sasl import UsersFile, hash_password
+    from kcli.security.sasl import UsersFile, hash_password
 
     root = tmp_path_factory.mktemp("fuzz-sasl")
     users = UsersFile.read(root / "users", missing_ok=True)

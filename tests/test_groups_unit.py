@@ -16,8 +16,11 @@ from typing import Any, Callable
 
 import pytest
 
-from kcli.broker import groups as g
-from kcli.broker.groups import GroupCoordinator, JoinRequest, JoinResult, OffsetAndMetadata, OffsetStore
+from kio.schema.errors import ErrorCode
+
+from kcli.coordinator.group import coordinator as g
+from kcli.coordinator.group.coordinator import GroupCoordinator, JoinRequest, JoinResult
+from kcli.coordinator.group.offsets import OffsetAndMetadata, OffsetStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +58,7 @@ def join_req(group: str, member_id: str = "", *, session_ms: int = 10_000, rebal
 async def join(coord: GroupCoordinator, req: JoinRequest) -> JoinResult:
     """JoinGroup the way a v4+ client does: retry once with the id from MEMBER_ID_REQUIRED."""
     r = await coord.join_group(req)
-    if r.error == g.MEMBER_ID_REQUIRED:
+    if r.error == ErrorCode.member_id_required:
         assert r.member_id and r.generation_id == -1
         r = await coord.join_group(dataclasses.replace(req, member_id=r.member_id))
     return r
@@ -90,14 +93,14 @@ def test_first_join_requires_member_id_then_two_members_share_a_generation(tmp_p
     async def main() -> None:
         c = await started(tmp_path, group_initial_rebalance_delay_ms=100)
         first = await c.join_group(join_req("grp"))
-        assert first.error == g.MEMBER_ID_REQUIRED and first.member_id.startswith("client-")
+        assert first.error == ErrorCode.member_id_required and first.member_id.startswith("client-")
         assert c.describe("grp")["members"] == []  # a pending member is not a member yet
 
         meta_a, meta_b = subscription("t"), subscription("t", "u")
         r1, r2 = await asyncio.gather(
             c.join_group(join_req("grp", first.member_id, protocols=[("range", meta_a)])),
             join(c, join_req("grp", protocols=[("range", meta_b), ("roundrobin", b"x")])))
-        assert r1.error == r2.error == g.NONE
+        assert r1.error == r2.error == ErrorCode.none
         assert r1.generation_id == r2.generation_id == 1
         assert r1.leader == r2.leader == first.member_id
         assert r1.protocol_name == r2.protocol_name == "range"
@@ -121,11 +124,11 @@ def test_sync_distributes_the_leaders_assignment(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         assert not follower_sync.done()
         bad = await c.sync_group("grp", leader.generation_id + 1, leader.member_id, None, None, None, {})
-        assert bad.error == g.ILLEGAL_GENERATION
+        assert bad.error == ErrorCode.illegal_generation
         assert (await c.sync_group("grp", leader.generation_id, "nobody", None, None, None, {})).error \
-            == g.UNKNOWN_MEMBER_ID
+            == ErrorCode.unknown_member_id
         assert (await c.sync_group("grp", leader.generation_id, leader.member_id, None, "other", None, {})).error \
-            == g.INCONSISTENT_GROUP_PROTOCOL
+            == ErrorCode.inconsistent_group_protocol
         lead = await c.sync_group("grp", leader.generation_id, leader.member_id, None, "consumer", "range",
                                   {leader.member_id: b"L", follower.member_id: b"F"})
         assert (lead.error, lead.assignment, lead.protocol_name) == (0, b"L", "range")
@@ -152,26 +155,26 @@ def test_heartbeat_reports_rebalance_in_progress_when_a_member_joins(tmp_path: P
         c = await started(tmp_path)
         leader, follower = await stable_pair(c)
         gen = leader.generation_id
-        assert c.heartbeat("grp", gen, follower.member_id) == g.NONE
-        assert c.heartbeat("grp", gen + 1, follower.member_id) == g.ILLEGAL_GENERATION
-        assert c.heartbeat("grp", gen, "stranger") == g.UNKNOWN_MEMBER_ID
-        assert c.heartbeat("nogroup", gen, "stranger") == g.UNKNOWN_MEMBER_ID
-        assert c.heartbeat("", gen, "x") == g.INVALID_GROUP_ID
+        assert c.heartbeat("grp", gen, follower.member_id) == ErrorCode.none
+        assert c.heartbeat("grp", gen + 1, follower.member_id) == ErrorCode.illegal_generation
+        assert c.heartbeat("grp", gen, "stranger") == ErrorCode.unknown_member_id
+        assert c.heartbeat("nogroup", gen, "stranger") == ErrorCode.unknown_member_id
+        assert c.heartbeat("", gen, "x") == ErrorCode.invalid_group_id
 
         third = asyncio.create_task(join(c, join_req("grp")))
         await asyncio.sleep(0.05)
         assert c.describe("grp")["state"] == g.PREPARING_REBALANCE
-        assert c.heartbeat("grp", gen, leader.member_id) == g.REBALANCE_IN_PROGRESS
-        assert c.heartbeat("grp", gen, follower.member_id) == g.REBALANCE_IN_PROGRESS
+        assert c.heartbeat("grp", gen, leader.member_id) == ErrorCode.rebalance_in_progress
+        assert c.heartbeat("grp", gen, follower.member_id) == ErrorCode.rebalance_in_progress
         # SyncGroup of the old generation is refused while preparing.
         assert (await c.sync_group("grp", gen, follower.member_id, None, None, None, {})).error \
-            == g.REBALANCE_IN_PROGRESS
+            == ErrorCode.rebalance_in_progress
         # Old members rejoin (as clients do on REBALANCE_IN_PROGRESS); the new generation forms.
         results = await asyncio.gather(
             c.join_group(join_req("grp", leader.member_id)), c.join_group(join_req("grp", follower.member_id)), third)
         assert {r.generation_id for r in results} == {gen + 1}
-        assert all(r.error == g.NONE for r in results)
-        assert c.heartbeat("grp", gen + 1, follower.member_id) == g.NONE  # CompletingRebalance is fine
+        assert all(r.error == ErrorCode.none for r in results)
+        assert c.heartbeat("grp", gen + 1, follower.member_id) == ErrorCode.none  # CompletingRebalance is fine
         await c.close()
 
     run(main())
@@ -187,18 +190,18 @@ def test_session_timeout_removes_a_silent_member_and_rebalances(tmp_path: Path) 
         codes = []
         while time.monotonic() - t0 < 1.0:
             codes.append(c.heartbeat("grp", gen, follower.member_id))
-            if codes[-1] != g.NONE:
+            if codes[-1] != ErrorCode.none:
                 break
             await asyncio.sleep(0.05)
-        assert codes[-1] == g.REBALANCE_IN_PROGRESS
+        assert codes[-1] == ErrorCode.rebalance_in_progress
         elapsed = time.monotonic() - t0
         assert 0.2 < elapsed < 0.9, elapsed
         d = c.describe("grp")
         assert [m["member_id"] for m in d["members"]] == [follower.member_id]
         rejoined = await c.join_group(join_req("grp", follower.member_id, session_ms=300))
-        assert rejoined.error == g.NONE and rejoined.generation_id == gen + 1
+        assert rejoined.error == ErrorCode.none and rejoined.generation_id == gen + 1
         assert rejoined.leader == follower.member_id and len(rejoined.members) == 1
-        assert c.heartbeat("grp", gen, leader.member_id) == g.UNKNOWN_MEMBER_ID
+        assert c.heartbeat("grp", gen, leader.member_id) == ErrorCode.unknown_member_id
         await c.close()
 
     run(main())
@@ -208,12 +211,12 @@ def test_pending_member_that_never_rejoins_expires(tmp_path: Path) -> None:
     async def main() -> None:
         c = await started(tmp_path)
         r = await c.join_group(join_req("grp", session_ms=100))
-        assert r.error == g.MEMBER_ID_REQUIRED
+        assert r.error == ErrorCode.member_id_required
         assert r.member_id in c.groups["grp"].pending_members
         await asyncio.sleep(0.25)
         assert r.member_id not in c.groups["grp"].pending_members
         late = await c.join_group(join_req("grp", r.member_id))
-        assert late.error == g.UNKNOWN_MEMBER_ID
+        assert late.error == ErrorCode.unknown_member_id
         await c.close()
 
     run(main())
@@ -225,16 +228,16 @@ def test_leave_triggers_a_rebalance_and_last_leave_empties_the_group(tmp_path: P
         leader, follower = await stable_pair(c)
         gen = leader.generation_id
         top, members = c.leave_group("grp", [(leader.member_id, None), ("ghost", None)])
-        assert top == g.NONE
-        assert members == [(leader.member_id, None, g.NONE), ("ghost", None, g.UNKNOWN_MEMBER_ID)]
+        assert top == ErrorCode.none
+        assert members == [(leader.member_id, None, ErrorCode.none), ("ghost", None, ErrorCode.unknown_member_id)]
         assert c.describe("grp")["state"] == g.PREPARING_REBALANCE
-        assert c.heartbeat("grp", gen, follower.member_id) == g.REBALANCE_IN_PROGRESS
+        assert c.heartbeat("grp", gen, follower.member_id) == ErrorCode.rebalance_in_progress
         r = await c.join_group(join_req("grp", follower.member_id))
-        assert (r.error, r.generation_id, r.leader) == (g.NONE, gen + 1, follower.member_id)
-        assert c.leave_group("grp", [(follower.member_id, None)]) == (g.NONE, [(follower.member_id, None, g.NONE)])
+        assert (r.error, r.generation_id, r.leader) == (ErrorCode.none, gen + 1, follower.member_id)
+        assert c.leave_group("grp", [(follower.member_id, None)]) == (ErrorCode.none, [(follower.member_id, None, ErrorCode.none)])
         d = c.describe("grp")
         assert d["state"] == g.EMPTY and d["members"] == [] and d["generation_id"] == gen + 2
-        assert c.leave_group("nogroup", [("x", None)]) == (g.NONE, [("x", None, g.UNKNOWN_MEMBER_ID)])
+        assert c.leave_group("nogroup", [("x", None)]) == (ErrorCode.none, [("x", None, ErrorCode.unknown_member_id)])
         await c.close()
 
     run(main())
@@ -249,7 +252,7 @@ def test_member_that_does_not_rejoin_within_rebalance_timeout_is_dropped(tmp_pat
         r = await c.join_group(join_req("grp", follower.member_id, rebalance_ms=300,
                                         protocols=[("range", subscription("t", "v"))]))
         assert 0.25 < time.monotonic() - t0 < 1.0
-        assert r.error == g.NONE and r.generation_id == leader.generation_id + 1
+        assert r.error == ErrorCode.none and r.generation_id == leader.generation_id + 1
         assert r.leader == follower.member_id and [m.member_id for m in r.members] == [follower.member_id]
         await c.close()
 
@@ -259,15 +262,15 @@ def test_member_that_does_not_rejoin_within_rebalance_timeout_is_dropped(tmp_pat
 def test_protocol_checks(tmp_path: Path) -> None:
     async def main() -> None:
         c = await started(tmp_path)
-        assert (await c.join_group(join_req("grp", protocol_type=""))).error == g.INCONSISTENT_GROUP_PROTOCOL
-        assert (await c.join_group(join_req("grp", session_ms=5))).error == g.INVALID_SESSION_TIMEOUT
-        assert (await c.join_group(join_req(""))).error == g.INVALID_GROUP_ID
-        assert (await c.join_group(join_req("nogroup", "some-id"))).error == g.UNKNOWN_MEMBER_ID
+        assert (await c.join_group(join_req("grp", protocol_type=""))).error == ErrorCode.inconsistent_group_protocol
+        assert (await c.join_group(join_req("grp", session_ms=5))).error == ErrorCode.invalid_session_timeout
+        assert (await c.join_group(join_req(""))).error == ErrorCode.invalid_group_id
+        assert (await c.join_group(join_req("nogroup", "some-id"))).error == ErrorCode.unknown_member_id
         await stable_pair(c)
         other = await c.join_group(join_req("grp", protocols=[("cooperative-sticky", b"")]))
-        assert other.error == g.INCONSISTENT_GROUP_PROTOCOL
+        assert other.error == ErrorCode.inconsistent_group_protocol
         other = await c.join_group(join_req("grp", protocol_type="connect"))
-        assert other.error == g.INCONSISTENT_GROUP_PROTOCOL
+        assert other.error == ErrorCode.inconsistent_group_protocol
         # Before v4 a new member is admitted straight away, no MEMBER_ID_REQUIRED round trip.
         old = c.join_group(join_req("grp", version=3))
         task = asyncio.create_task(old)
@@ -283,7 +286,7 @@ def test_static_member_rejoin_keeps_the_assignment_without_rebalance(tmp_path: P
     async def main() -> None:
         c = await started(tmp_path)
         a, b = await asyncio.gather(join(c, join_req("grp", instance="i-a")), join(c, join_req("grp", instance="i-b")))
-        assert a.error == b.error == g.NONE and a.generation_id == 1  # static members skip MEMBER_ID_REQUIRED
+        assert a.error == b.error == ErrorCode.none and a.generation_id == 1  # static members skip MEMBER_ID_REQUIRED
         leader, follower = (a, b) if a.member_id == a.leader else (b, a)
         inst = {leader.member_id: "i-a" if leader is a else "i-b", follower.member_id: "i-b" if leader is a else "i-a"}
         await asyncio.gather(
@@ -292,15 +295,15 @@ def test_static_member_rejoin_keeps_the_assignment_without_rebalance(tmp_path: P
             c.sync_group("grp", 1, follower.member_id, inst[follower.member_id], None, None, {}))
         # The follower restarts: unknown member id, same instance id → new id, same generation.
         again = await c.join_group(join_req("grp", instance=inst[follower.member_id]))
-        assert again.error == g.NONE and again.generation_id == 1 and again.member_id != follower.member_id
+        assert again.error == ErrorCode.none and again.generation_id == 1 and again.member_id != follower.member_id
         assert c.describe("grp")["state"] == g.STABLE
         s = await c.sync_group("grp", 1, again.member_id, inst[follower.member_id], None, None, {})
-        assert (s.error, s.assignment) == (g.NONE, b"F")
+        assert (s.error, s.assignment) == (ErrorCode.none, b"F")
         # The old incarnation is fenced.
-        assert c.heartbeat("grp", 1, follower.member_id, inst[follower.member_id]) == g.FENCED_INSTANCE_ID
+        assert c.heartbeat("grp", 1, follower.member_id, inst[follower.member_id]) == ErrorCode.fenced_instance_id
         # Admin removal by instance id (LeaveGroup with an empty member id).
         top, res = c.leave_group("grp", [("", inst[follower.member_id])])
-        assert res == [("", inst[follower.member_id], g.NONE)]
+        assert res == [("", inst[follower.member_id], ErrorCode.none)]
         assert c.describe("grp")["state"] == g.PREPARING_REBALANCE
         await c.close()
 
@@ -334,7 +337,7 @@ def test_initial_delay_alone_is_about_the_configured_delay(tmp_path: Path) -> No
         t0 = time.monotonic()
         r = await join(c, join_req("grp"))
         elapsed = time.monotonic() - t0
-        assert r.error == g.NONE and 0.24 <= elapsed < 0.5, elapsed
+        assert r.error == ErrorCode.none and 0.24 <= elapsed < 0.5, elapsed
         await c.close()
 
     run(main())
@@ -352,7 +355,7 @@ def test_initial_delay_is_bounded_by_the_rebalance_timeout(tmp_path: Path) -> No
         elapsed = time.monotonic() - t0
         assert 0.95 <= elapsed < 1.6, elapsed
         r = tasks[0].result()
-        assert r.error == g.NONE and r.generation_id == 1 and len(r.members) >= 9
+        assert r.error == ErrorCode.none and r.generation_id == 1 and len(r.members) >= 9
         for t in tasks:
             t.cancel()
         await c.close()
@@ -368,8 +371,8 @@ def test_offset_commit_rules(tmp_path: Path) -> None:
         c = await started(tmp_path)
         om = {("t", 0): OffsetAndMetadata(5)}
         # Unknown group: generation -1 (standalone consumer / admin) may commit, others may not.
-        assert await c.commit_offsets("solo", 3, "m", None, om) == {("t", 0): g.ILLEGAL_GENERATION}
-        assert await c.commit_offsets("solo", -1, "", None, om) == {("t", 0): g.NONE}
+        assert await c.commit_offsets("solo", 3, "m", None, om) == {("t", 0): ErrorCode.illegal_generation}
+        assert await c.commit_offsets("solo", -1, "", None, om) == {("t", 0): ErrorCode.none}
         assert c.committed_offsets("solo") == {("t", 0): 5}
         assert c.list_groups() == [("solo", "", "Empty")]
 
@@ -378,29 +381,29 @@ def test_offset_commit_rules(tmp_path: Path) -> None:
         ok = await c.commit_offsets("grp", gen, follower.member_id, None,
                                     {("t", 0): OffsetAndMetadata(10, 2, "meta"), ("t", 1): OffsetAndMetadata(11)})
         assert ok == {("t", 0): 0, ("t", 1): 0}
-        assert await c.commit_offsets("grp", gen + 1, follower.member_id, None, om) == {("t", 0): g.ILLEGAL_GENERATION}
-        assert await c.commit_offsets("grp", gen, "stranger", None, om) == {("t", 0): g.UNKNOWN_MEMBER_ID}
-        assert await c.commit_offsets("grp", -1, "", None, om) == {("t", 0): g.UNKNOWN_MEMBER_ID}
+        assert await c.commit_offsets("grp", gen + 1, follower.member_id, None, om) == {("t", 0): ErrorCode.illegal_generation}
+        assert await c.commit_offsets("grp", gen, "stranger", None, om) == {("t", 0): ErrorCode.unknown_member_id}
+        assert await c.commit_offsets("grp", -1, "", None, om) == {("t", 0): ErrorCode.unknown_member_id}
         too_big = {("t", 2): OffsetAndMetadata(1, -1, "x" * 5000)}
         assert await c.commit_offsets("grp", gen, leader.member_id, None, too_big) == \
-            {("t", 2): g.OFFSET_METADATA_TOO_LARGE}
+            {("t", 2): ErrorCode.offset_metadata_too_large}
 
         err, got = c.fetch_offsets("grp", [("t", 0), ("t", 1), ("t", 9)])
-        assert err == g.NONE
+        assert err == ErrorCode.none
         assert got[("t", 0)] is not None and (got[("t", 0)].offset, got[("t", 0)].leader_epoch,
                                                got[("t", 0)].metadata) == (10, 2, "meta")
         assert got[("t", 1)].offset == 11 and got[("t", 9)] is None  # type: ignore[union-attr]
         assert sorted(c.fetch_offsets("grp", None)[1]) == [("t", 0), ("t", 1)]
-        assert c.fetch_offsets("nogroup", None) == (g.NONE, {})
+        assert c.fetch_offsets("nogroup", None) == (ErrorCode.none, {})
 
         # While CompletingRebalance a member's commit is answered REBALANCE_IN_PROGRESS.
         third = asyncio.create_task(join(c, join_req("grp")))
         await asyncio.sleep(0.02)
         # PreparingRebalance still accepts commits from the current generation.
-        assert await c.commit_offsets("grp", gen, follower.member_id, None, om) == {("t", 0): g.NONE}
+        assert await c.commit_offsets("grp", gen, follower.member_id, None, om) == {("t", 0): ErrorCode.none}
         r = await asyncio.gather(c.join_group(join_req("grp", leader.member_id)),
                                  c.join_group(join_req("grp", follower.member_id)), third)
-        assert await c.commit_offsets("grp", gen + 1, r[1].member_id, None, om) == {("t", 0): g.REBALANCE_IN_PROGRESS}
+        assert await c.commit_offsets("grp", gen + 1, r[1].member_id, None, om) == {("t", 0): ErrorCode.rebalance_in_progress}
         await c.close()
 
     run(main())
@@ -420,7 +423,7 @@ def test_offsets_survive_a_coordinator_restart_and_group_deletion_is_durable(tmp
         assert c.fetch_offsets("g1", [("t", 0)])[1][("t", 0)] == OffsetAndMetadata(
             8, 1, "b", c.store.offsets["g1"][("t", 0)].commit_timestamp_ms)
         assert sorted(gid for gid, _pt, _st in c.list_groups()) == ["g1", "g2"]
-        assert await c.delete_groups(["g2", "missing"]) == {"g2": g.NONE, "missing": g.GROUP_ID_NOT_FOUND}
+        assert await c.delete_groups(["g2", "missing"]) == {"g2": ErrorCode.none, "missing": ErrorCode.group_id_not_found}
         assert c.delete_topic_offsets("u") == 1
         await c.close()
 
@@ -437,7 +440,7 @@ def test_committed_offsets_survive_kill_9_right_after_the_answer(tmp_path: Path)
     script = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from kcli.broker.groups import GroupCoordinator, OffsetAndMetadata\n"
+        "from kcli.coordinator.group.coordinator import GroupCoordinator\nfrom kcli.coordinator.group.offsets import OffsetAndMetadata\n"
         "async def main():\n"
         "    c = GroupCoordinator(Path(sys.argv[1]), lambda name: {}[name])\n"
         "    await c.start()\n"
@@ -525,14 +528,14 @@ def test_delete_group_only_when_empty(tmp_path: Path) -> None:
         c = await started(tmp_path)
         leader, follower = await stable_pair(c)
         await c.commit_offsets("grp", leader.generation_id, leader.member_id, None, {("t", 0): OffsetAndMetadata(3)})
-        assert await c.delete_groups(["grp"]) == {"grp": g.NON_EMPTY_GROUP}
+        assert await c.delete_groups(["grp"]) == {"grp": ErrorCode.non_empty_group}
         c.leave_group("grp", [(leader.member_id, None), (follower.member_id, None)])
         assert c.describe("grp")["state"] == g.EMPTY
-        assert await c.delete_groups(["grp"]) == {"grp": g.NONE}
+        assert await c.delete_groups(["grp"]) == {"grp": ErrorCode.none}
         assert c.committed_offsets("grp") == {}
         assert c.describe("grp")["state"] == g.DEAD
         assert c.describe_group("grp")["group_state"] == "Dead"
-        assert await c.delete_groups(["grp"]) == {"grp": g.GROUP_ID_NOT_FOUND}
+        assert await c.delete_groups(["grp"]) == {"grp": ErrorCode.group_id_not_found}
         assert c.list_groups() == []
         await c.close()
 
@@ -570,8 +573,8 @@ def test_close_answers_parked_requests(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         await c.close()
         r = await parked
-        assert r.error == g.NOT_COORDINATOR
-        assert c.heartbeat("grp", 0, r.member_id) == g.COORDINATOR_NOT_AVAILABLE
+        assert r.error == ErrorCode.not_coordinator
+        assert c.heartbeat("grp", 0, r.member_id) == ErrorCode.coordinator_not_available
 
     run(main())
 
@@ -627,7 +630,7 @@ def test_every_api_version_over_the_wire(broker_factory: Any) -> None:
                     "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": meta}]}
             j = c.request(11, jv, body)
             if jv >= 4:
-                assert int(j.error_code) == g.MEMBER_ID_REQUIRED and j.member_id, (jv, j)
+                assert int(j.error_code) == ErrorCode.member_id_required and j.member_id, (jv, j)
                 j = c.request(11, jv, {**body, "member_id": j.member_id})
             assert int(j.error_code) == 0 and int(j.generation_id) == 1, (jv, j)
             assert j.leader == j.member_id and [m.member_id for m in j.members] == [j.member_id]
@@ -641,7 +644,7 @@ def test_every_api_version_over_the_wire(broker_factory: Any) -> None:
             hb = c.request(12, v["hb"], {"group_id": gid, "generation_id": gen, "member_id": mid})
             assert int(hb.error_code) == 0
             hb = c.request(12, v["hb"], {"group_id": gid, "generation_id": gen + 5, "member_id": mid})
-            assert int(hb.error_code) == g.ILLEGAL_GENERATION
+            assert int(hb.error_code) == ErrorCode.illegal_generation
 
             oc = c.request(8, v["commit"], {
                 "group_id": gid, "generation_id_or_member_epoch": gen, "member_id": mid,
@@ -650,7 +653,7 @@ def test_every_api_version_over_the_wire(broker_factory: Any) -> None:
                            {"name": "missing", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                                "committed_metadata": None}]}]})
             codes = {(t.name, int(p.partition_index)): int(p.error_code) for t in oc.topics for p in t.partitions}
-            assert codes == {("t", 0): 0, ("missing", 0): g.UNKNOWN_TOPIC_OR_PARTITION}, (jv, oc)
+            assert codes == {("t", 0): 0, ("missing", 0): ErrorCode.unknown_topic_or_partition}, (jv, oc)
 
             topics = [{"name": "t", "partition_indexes": [0, 1]}]
             if v["fetch"] >= 8:
@@ -677,14 +680,14 @@ def test_every_api_version_over_the_wire(broker_factory: Any) -> None:
             assert (gid, "consumer") in [(x.group_id, x.protocol_type) for x in lg.groups]
 
             dg = c.request(42, v["delete"], {"groups_names": [gid]})
-            assert [(r.group_id, int(r.error_code)) for r in dg.results] == [(gid, g.NON_EMPTY_GROUP)]
+            assert [(r.group_id, int(r.error_code)) for r in dg.results] == [(gid, ErrorCode.non_empty_group)]
 
             if v["leave"] >= 3:
                 lv = c.request(13, v["leave"], {"group_id": gid, "members": [{"member_id": mid}, {"member_id": "x"}]})
-                assert [(m.member_id, int(m.error_code)) for m in lv.members] == [(mid, 0), ("x", g.UNKNOWN_MEMBER_ID)]
+                assert [(m.member_id, int(m.error_code)) for m in lv.members] == [(mid, 0), ("x", ErrorCode.unknown_member_id)]
             else:
                 lv = c.request(13, v["leave"], {"group_id": gid, "member_id": mid})
             assert int(lv.error_code) == 0, (jv, lv)
 
             dg = c.request(42, v["delete"], {"groups_names": [gid, gid + "-none"]})
-            assert [(r.group_id, int(r.error_code)) for r in dg.results] == [(gid, 0), (gid + "-none", g.GROUP_ID_NOT_FOUND)]
+            assert [(r.group_id, int(r.error_code)) for r in dg.results] == [(gid, 0), (gid + "-none", ErrorCode.group_id_not_found)]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from kcli.broker.broker_config import BrokerConfig
+from kcli.config.broker_config import BrokerConfig
 from kcli.diskless import admin_api
 from kcli.diskless.storage_setup import open_object_storage
 from kcli.protocol.client import WireClient
@@ -382,6 +382,8 @@ def test_a_fetch_over_many_objects_survives_a_share_of_failed_gets(broker_factor
     switch, stats = tmp_path / "faults-on", tmp_path / "stats.json"
     b = broker_factory({
         **FAST, "diskless.append.commit.interval.ms": "1", "diskless.fetch.cache.max.bytes": "0",
+        # no replica cache: the consumer must read the objects itself, through the failing GETs
+        "diskless.replica.cache.enable": "false",
         "diskless.storage.class.name": FAULTY, "diskless.storage.delegate.uri": (tmp_path / "objects").as_uri(),
         "diskless.storage.failure.rate": "0.1", "diskless.storage.failure.operations": "fetch",
         "diskless.storage.seed": "3", "diskless.storage.switch.file": str(switch),

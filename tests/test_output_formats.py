@@ -640,6 +640,8 @@ CASES = [
          lambda w, f: ["users", "delete", f"old-{f}", "-b", w.b]),
     Case("diskless-describe", "diskless describe", "kcli diskless describe",
          lambda w, f: ["diskless", "describe", "-b", w.b]),
+    Case("diskless-describe-replicas", "diskless describe", "kcli diskless describe",
+         lambda w, f: ["diskless", "describe", "--replicas", "-b", w.b]),
     Case("diskless-objects", "diskless objects", "kcli diskless objects",
          lambda w, f: ["diskless", "objects", "--batches", "-b", w.b]),
     Case("diskless-verify", "diskless verify", "kcli diskless verify",

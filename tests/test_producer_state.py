@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kcli.storage.errors import INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, LogError
+from kio.schema.errors import ErrorCode
+
+from kcli.storage.errors import LogError
 from kcli.storage.producer_state import (
     INT32_MAX,
     NUM_BATCHES_TO_RETAIN,
@@ -50,7 +52,7 @@ def test_only_the_last_five_batches_are_remembered() -> None:
     # Batch 0 fell out of the cache: its retry is now out of order, not a duplicate.
     with pytest.raises(LogError) as err:
         stage(mgr, 1, 0, 0, 2, 50)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     assert stage(mgr, 1, 0, 2, 2, 50).first_offset == 2
 
 
@@ -59,7 +61,7 @@ def test_sequence_gap_is_out_of_order() -> None:
     stage(mgr, 1, 0, 0, 3, 0)
     with pytest.raises(LogError) as err:
         stage(mgr, 1, 0, 4, 1, 3)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     assert mgr.last_entry(1).last_seq == 2
 
 
@@ -68,17 +70,17 @@ def test_older_epoch_is_fenced_and_new_epoch_starts_at_zero() -> None:
     stage(mgr, 1, 3, 0, 3, 0)
     with pytest.raises(LogError) as err:
         stage(mgr, 1, 2, 3, 1, 3)
-    assert err.value.code == INVALID_PRODUCER_EPOCH
+    assert err.value.code == ErrorCode.invalid_producer_epoch
     with pytest.raises(LogError) as err:
         stage(mgr, 1, 4, 3, 1, 3)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     assert stage(mgr, 1, 4, 0, 1, 3) is None
     entry = mgr.last_entry(1)
     assert entry.producer_epoch == 4 and len(entry.batches) == 1  # old epoch's batches dropped
     # A retry of an old-epoch batch is no longer a duplicate: it is fenced.
     with pytest.raises(LogError) as err:
         stage(mgr, 1, 3, 0, 3, 9)
-    assert err.value.code == INVALID_PRODUCER_EPOCH
+    assert err.value.code == ErrorCode.invalid_producer_epoch
 
 
 def test_unknown_producer_may_start_at_any_sequence() -> None:
@@ -125,7 +127,7 @@ def test_replay_rebuilds_without_checks_and_markers_bump_epoch() -> None:
     # After a marker-only epoch, the next data batch must start at 0.
     with pytest.raises(LogError) as err:
         stage(mgr, 5, 1, 3, 1, 21)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     assert stage(mgr, 5, 1, 0, 1, 21) is None
 
 
@@ -137,7 +139,7 @@ def test_unvalidated_update_skips_duplicate_and_sequence_checks_but_fences() -> 
     assert update.append(1, 2, 9, 9, 2, 2, 0) is None  # gap accepted
     with pytest.raises(LogError) as err:
         update.append(1, 1, 0, 0, 3, 3, 0)
-    assert err.value.code == INVALID_PRODUCER_EPOCH
+    assert err.value.code == ErrorCode.invalid_producer_epoch
 
 
 def test_expiry_by_last_timestamp() -> None:

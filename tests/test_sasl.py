@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kcli.broker.sasl import (
+from kcli.security.sasl import (
     INVALID_CREDENTIALS,
     PlainAuthenticator,
     SaslAuthenticationFailed,

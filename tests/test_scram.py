@@ -19,9 +19,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, UserScramCredentialUpsertion
 from confluent_kafka.admin import ScramMechanism as CkScramMechanism
 
-from kcli.broker.metadata_log import InvalidRecordError, MetadataLog, record
-from kcli.broker.sasl import UsersFile, hash_password
-from kcli.broker.scram import (
+from kcli.metadata.metadata_log import InvalidRecordError, MetadataLog, record
+from kcli.security.sasl import UsersFile, hash_password
+from kcli.security.scram import (
     MECHANISMS,
     SCRAM_SHA_256,
     SCRAM_SHA_512,

@@ -21,8 +21,8 @@ from typing import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from kcli.broker.configs import ConfigError
-from kcli.broker.server_properties import translate
+from kcli.config.definitions import ConfigError
+from kcli.config.server_properties import translate
 from tests.fixtures_cli import REPO, assert_one_line_error, cli_env, run_kcli, unique_topic  # noqa: F401
 
 # config/kraft/server.properties of Apache Kafka 3.x (comments shortened), and config/server.properties
@@ -362,7 +362,7 @@ def test_bad_files_are_one_line_usage_errors(text: str, needle: str, tmp_path: P
 
 
 def test_java_properties_syntax(tmp_path: Path) -> None:
-    from kcli.broker.broker_config import read_properties
+    from kcli.config.broker_config import read_properties
 
     props = tmp_path / "p.properties"
     props.write_text("# comment\n! also a comment\nnum.partitions 3\nlog.dirs : /data/a\n"

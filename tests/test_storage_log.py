@@ -23,17 +23,9 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcli.storage.errors import (
-    CORRUPT_MESSAGE,
-    INVALID_PRODUCER_EPOCH,
-    INVALID_RECORD,
-    MESSAGE_TOO_LARGE,
-    OFFSET_OUT_OF_RANGE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    RECORD_LIST_TOO_LARGE,
-    LogError,
-    OffsetOutOfRange,
-)
+from kio.schema.errors import ErrorCode
+
+from kcli.storage.errors import LogError, OffsetOutOfRange
 from kcli.storage.log import (
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
@@ -272,7 +264,7 @@ def test_read_limits_and_bounds(tmp_path: Path) -> None:
     for bad in (-1, 51):
         with pytest.raises(OffsetOutOfRange) as err:
             plog.read(bad, 100)
-        assert err.value.code == OFFSET_OUT_OF_RANGE and not err.value.is_remote
+        assert err.value.code == ErrorCode.offset_out_of_range and not err.value.is_remote
     plog.close()
 
 
@@ -468,7 +460,7 @@ def test_damage_in_trusted_batches_is_never_cut_and_reads_report_it(tmp_path: Pa
         for offset in (bad.base_offset, bad.last_offset):
             with pytest.raises(LogError) as err:
                 plog.read(offset, 1 << 20)
-            assert err.value.code == CORRUPT_MESSAGE and str(seg) in str(err.value)
+            assert err.value.code == ErrorCode.corrupt_message and str(seg) in str(err.value)
     served = parse_batches(plog.read(batches[22].base_offset, 1 << 20).records)
     assert [b.base_offset for b in served] == [batches[22].base_offset, batches[23].base_offset, batches[24].base_offset]
     served = parse_batches(plog.read(batches[8].base_offset, 1 << 20).records)
@@ -644,7 +636,7 @@ def test_delete_records_before(tmp_path: Path) -> None:
     assert plog.delete_records_before(5) == 25  # never moves backwards
     with pytest.raises(OffsetOutOfRange) as err:
         plog.delete_records_before(41)
-    assert err.value.code == OFFSET_OUT_OF_RANGE
+    assert err.value.code == ErrorCode.offset_out_of_range
     plog.close()
     plog = open_log(path)
     assert plog.log_start_offset == 25
@@ -733,14 +725,14 @@ def _control(b: bytes) -> bytes:
 @pytest.mark.parametrize(
     "mangle, code",
     [
-        (_corrupt_crc, CORRUPT_MESSAGE),
-        (_bad_magic, CORRUPT_MESSAGE),
-        (lambda b: b[:-10], CORRUPT_MESSAGE),
-        (lambda b: b + b[:30], CORRUPT_MESSAGE),
-        (_count_mismatch, INVALID_RECORD),
-        (_nonzero_base, INVALID_RECORD),
-        (_control, INVALID_RECORD),
-        (lambda b: b"", INVALID_RECORD),
+        (_corrupt_crc, ErrorCode.corrupt_message),
+        (_bad_magic, ErrorCode.corrupt_message),
+        (lambda b: b[:-10], ErrorCode.corrupt_message),
+        (lambda b: b + b[:30], ErrorCode.corrupt_message),
+        (_count_mismatch, ErrorCode.invalid_record),
+        (_nonzero_base, ErrorCode.invalid_record),
+        (_control, ErrorCode.invalid_record),
+        (lambda b: b"", ErrorCode.invalid_record),
     ],
     ids=["crc", "magic", "truncated", "trailing-partial", "count", "base-offset", "control", "empty"],
 )
@@ -765,10 +757,10 @@ def test_size_limits(tmp_path: Path) -> None:
     plog.append(build(1, value_size=500), now_ms=1)
     with pytest.raises(LogError) as err:
         plog.append(build(1, value_size=2000), now_ms=1)
-    assert err.value.code == MESSAGE_TOO_LARGE
+    assert err.value.code == ErrorCode.message_too_large
     with pytest.raises(LogError) as err:
         plog.append(build(1, value_size=900) * 4, now_ms=1)
-    assert err.value.code == RECORD_LIST_TOO_LARGE
+    assert err.value.code == ErrorCode.record_list_too_large
     plog.close()
 
 
@@ -793,14 +785,14 @@ def test_idempotent_producer_duplicates_gaps_and_fencing(tmp_path: Path) -> None
     assert plog.size_in_bytes == size and plog.log_end_offset == 8
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=1000, epoch=0, seq=9), now_ms=1)  # 8 is missing
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     plog.append(build(1, pid=1000, epoch=1, seq=0), now_ms=1)  # epoch bump restarts at 0
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=1000, epoch=0, seq=8), now_ms=1)
-    assert err.value.code == INVALID_PRODUCER_EPOCH
+    assert err.value.code == ErrorCode.invalid_producer_epoch
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=1000, epoch=2, seq=1), now_ms=1)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     # Unknown producers may start anywhere; non-idempotent batches are not tracked.
     assert plog.append(build(2, pid=2000, epoch=0, seq=77), now_ms=1).base_offset == 9
     plog.append(build(2), now_ms=1)
@@ -808,7 +800,7 @@ def test_idempotent_producer_duplicates_gaps_and_fencing(tmp_path: Path) -> None
     # Negative sequence with a producer id is invalid.
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=3000, epoch=0, seq=-1), now_ms=1)
-    assert err.value.code == INVALID_RECORD
+    assert err.value.code == ErrorCode.invalid_record
     plog.close()
 
     plog = open_log(path)  # producer state comes back from the batch headers
@@ -816,10 +808,10 @@ def test_idempotent_producer_duplicates_gaps_and_fencing(tmp_path: Path) -> None
     assert dup.duplicate and dup.base_offset == 9
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=1000, epoch=1, seq=5), now_ms=1)
-    assert err.value.code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err.value.code == ErrorCode.out_of_order_sequence_number
     with pytest.raises(LogError) as err:
         plog.append(build(1, pid=1000, epoch=0, seq=8), now_ms=1)
-    assert err.value.code == INVALID_PRODUCER_EPOCH
+    assert err.value.code == ErrorCode.invalid_producer_epoch
     assert plog.append(build(1, pid=1000, epoch=1, seq=1), now_ms=1).base_offset == 13
     plog.close()
 

@@ -22,8 +22,8 @@ from typing import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from kcli.broker.broker_config import BrokerConfig
-from kcli.broker.configs import ConfigError
+from kcli.config.broker_config import BrokerConfig
+from kcli.config.definitions import ConfigError
 from kcli.broker.listeners import parse_listeners, server_ssl_context
 from kcli.cli.common import GlobalOptions
 from kcli.contexts import validate_bootstrap

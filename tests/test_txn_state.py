@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kcli.broker.transactions import ONGOING, PREPARE_COMMIT, TransactionLog, TransactionMetadata
+from kcli.coordinator.transaction.state import ONGOING, PREPARE_COMMIT, TransactionLog, TransactionMetadata
 from kcli.dumplog.synth import build_batch
 from kcli.records.batch import crc_is_valid, read_header
 from kcli.records.control import ABORT, COMMIT, control_type, marker_batch

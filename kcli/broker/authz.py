@@ -24,9 +24,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.acl import CLUSTER_NAME, AclOperation as Op, ResourceType as RT, all_operations_bits
+from kcli.security.acl import CLUSTER_NAME, AclOperation as Op, ResourceType as RT, all_operations_bits
 from kcli.broker.dispatch import HANDLERS, ApiHandler, HandlerFn, RequestContext
 from kcli.protocol import codec
+from kcli.protocol.interbroker import INTER_BROKER_CLIENT_ID
 
 TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)  # 29
 GROUP_DENIED = int(ErrorCode.group_authorization_failed)  # 30
@@ -380,6 +381,22 @@ async def _cluster_api(az: Authz, req: Any, call: Call) -> dict[str, Any] | None
     return await call(req)
 
 
+@register_gate(43, 45, 46)
+async def _replica_admin(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+    """ElectLeaders and AlterPartitionReassignments: ALTER on the cluster;
+    ListPartitionReassignments: DESCRIBE on it (Kafka's KafkaApis)."""
+    key = az.ctx.header.api_key
+    if az.cluster(Op.DESCRIBE if key == 46 else Op.ALTER):
+        return await call(req)
+    if key == 43:
+        return {"throttle_time": 0, "error_code": CLUSTER_DENIED, "replica_election_results": [
+            {"topic": tp.topic, "partition_result": [{"partition_id": int(p), "error_code": CLUSTER_DENIED,
+                                                      "error_message": AUTHZ_FAILED} for p in tp.partitions]}
+            for tp in req.topic_partitions or ()]}
+    return {"throttle_time": 0, "error_code": CLUSTER_DENIED, "error_message": AUTHZ_FAILED,
+            "responses": [], "topics": []}
+
+
 # ---- topic administration -----------------------------------------------------------------------
 
 
@@ -693,3 +710,11 @@ async def _describe_log_dirs(az: Authz, req: Any, call: Call) -> dict[str, Any] 
 def gated_api_keys() -> Sequence[int]:
     """API keys with a check (for the docs' table and the test that every API has one)."""
     return sorted(GATES)
+
+
+def from_a_broker(ctx: Any) -> bool:
+    """Whether a request comes from another broker: its client id, on a connection allowed
+    ``ClusterAction`` on the cluster (a client merely naming itself so gets no shortcut)."""
+    if ctx.client_id != INTER_BROKER_CLIENT_ID:
+        return False
+    return authorize(ctx, Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME)

@@ -18,11 +18,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from kcli.broker.broker_config import BrokerConfig
-from kcli.broker.configs import (BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, format_value,
-                                 normalise_topic_configs, parse_value)
+from kcli.config.broker_config import BrokerConfig
+from kcli.config.definitions import (BROKER_CONFIGS, DISKLESS_SYSTEM_DISABLED, TOPIC_CONFIGS, ConfigError,
+                                    format_value, normalise_topic_configs, parse_value)
 from kcli.broker.listeners import Endpoint, Listener, advertised_endpoints, check_security
-from kcli.broker.metadata_log import (
+from kcli.metadata.metadata_log import (
     BROKER_RESOURCE,
     PartitionState,
     TopicState,
@@ -36,18 +36,12 @@ from kio.schema.errors import ErrorCode
 log = logging.getLogger("kcli.broker")
 
 # Kafka error codes used here
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REQUEST = 42
-INVALID_CONFIG = 40
-TOPIC_DELETION_DISABLED = 73
-POLICY_VIOLATION = 44
 CLASSIC_REPLICATION_REFUSED = (
-    "kcli hosts each classic partition on one broker and does not replicate it: use replication factor 1, "
+    "kcli replicates classic partitions only in a cluster (--cluster): use replication factor 1 on a single broker, "
     "or a diskless topic (diskless.enable=true), whose data is in the object store and whose replicas are metadata-only")
+TIERED_REPLICATION_REFUSED = (
+    "kcli does not replicate tiered partitions yet (docs/replication.md): use replication factor 1 for a topic with "
+    "remote.storage.enable=true, a classic topic, or a diskless topic")
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -79,13 +73,13 @@ def now_ms() -> int:
 
 def validate_topic_name(name: str) -> None:
     if not name:
-        raise BrokerError(INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+        raise BrokerError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise BrokerError(INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise BrokerError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_TOPIC_NAME:
-        raise BrokerError(INVALID_TOPIC_EXCEPTION, f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
+        raise BrokerError(ErrorCode.invalid_topic_exception, f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
     if not _TOPIC_NAME.match(name):
-        raise BrokerError(INVALID_TOPIC_EXCEPTION, f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
+        raise BrokerError(ErrorCode.invalid_topic_exception, f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
 
 
 class AppendNotifier:
@@ -194,14 +188,15 @@ class Broker:
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
         self.groups: Any = None
-        self.transactions: Any = None  # kcli/broker/transactions.py
+        self.transactions: Any = None  # kcli/coordinator/transaction/coordinator.py
         self.diskless: Any = None
         self.tiered: Any = None
         self.partition_reducer: Any = None
         self.log_cleaner: Any = None  # kcli/broker/log_cleaner.py: compaction of classic logs
+        self.replicas: Any = None  # kcli/broker/replica/: replication of classic partitions (clusters only)
         self.server: Any = None
         self.stopping = False
-        from kcli.broker.sasl import authenticator_from_config
+        from kcli.security.sasl import authenticator_from_config
 
         self.sasl = authenticator_from_config(config)  # ConfigError on a bad users file
         from kcli import faults
@@ -215,7 +210,7 @@ class Broker:
         self.listeners = listeners
         self.endpoints: list[Endpoint] = []  # what clients of each listener are told (after start)
         self.bound: list[tuple[Listener, str, int]] = []  # each listener's bound address (after start)
-        from kcli.broker.acl import authorizer_from_config
+        from kcli.security.acl import authorizer_from_config
 
         # None: every request allowed, as without authorizer.class.name in Kafka (kcli/broker/authz.py)
         self.authorizer = authorizer_from_config(config, lambda: self.state.acls, lambda: self.state.acls_version)
@@ -282,10 +277,19 @@ class Broker:
                     if not self.state.cluster_id:  # not "another broker of the cluster set it first"
                         raise
             self._attach_extensions()
+            if not self.metadata.single_broker:
+                from kcli.broker.replica.manager import ReplicaManager
+
+                self.replicas = ReplicaManager(self)
             await self._open_storage()
             self._known = {n: (t, set(t.partitions), dict(t.configs)) for n, t in self.state.topics.items()}
             self._known_broker_configs = {k: dict(v) for k, v in self.state.broker_configs.items()}
             self.metadata.set_listener(self._metadata_applied)
+            if self.replicas is not None:
+                self.replicas.metadata_changed()  # lead or follow the replicated partitions opened above
+                from kcli.broker.replica import reassignment
+
+                reassignment.drop_removed_replicas(self)  # notes the replica sets that later changes compare with
         except OSError as err:  # disk full, file size limit, I/O error: not a listener problem
             await self.close()
             raise DataDirError(f"cannot write to data dir {self.data_dir}: {err.strerror or err}") from None
@@ -303,6 +307,8 @@ class Broker:
             await self.close()
             raise DataDirError(str(err)) from None
         self._spawn(self.metadata.run(lambda: self.stopping), "cluster-state")
+        if not self.metadata.single_broker:
+            self._spawn(self._watch_live_brokers(), "live-brokers")
         try:
             self._write_runtime_file()
         except OSError as err:
@@ -335,7 +341,7 @@ class Broker:
             setattr(self, attr, getattr(module, cls_name)(self))
 
     async def _open_storage(self) -> None:
-        from kcli.broker.groups import GroupCoordinator
+        from kcli.coordinator.group.coordinator import GroupCoordinator
 
         from kcli.storage.log import CLEAN_SHUTDOWN_FILE, remove_clean_shutdown_marker
 
@@ -360,11 +366,11 @@ class Broker:
         remove_clean_shutdown_marker(self.data_dir)
         self._logs_loaded = all_opened  # a partition never recovered must not be called clean at close
         # Offsets in the shared state (data dir or cluster database); each group coordinated by
-        # one live broker (kcli/broker/groups.py).
+        # one live broker (kcli/coordinator/group/coordinator.py).
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
                                        node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
-        from kcli.broker.transactions import TransactionCoordinator
+        from kcli.coordinator.transaction.coordinator import TransactionCoordinator
 
         self.transactions = TransactionCoordinator(self.metadata.transaction_store(self.data_dir), self)
         await self.transactions.start()
@@ -400,6 +406,8 @@ class Broker:
             await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
         if self.transactions is not None:
             await self.transactions.close()
+        if self.replicas is not None:  # fetchers stop, acks=all waiters are answered at once
+            await self.replicas.close()
         if self.server is not None:
             await self.server.stop()
         for t in self._tasks:
@@ -450,6 +458,13 @@ class Broker:
 
     def is_diskless(self, t: TopicState) -> bool:
         return t.configs.get("diskless.enable", "false").lower() == "true"
+
+    def diskless_engine(self) -> Any:
+        """The diskless engine, for a diskless topic's data; INVALID_CONFIG (not a server error)
+        on a broker started with diskless.system.enable=false."""
+        if self.diskless is None:
+            raise BrokerError(ErrorCode.invalid_config, DISKLESS_SYSTEM_DISABLED)
+        return self.diskless
 
     def is_tiered(self, t: TopicState) -> bool:
         return t.configs.get("remote.storage.enable", "false").lower() == "true"
@@ -517,20 +532,21 @@ class Broker:
         try:
             out = normalise_topic_configs(configs)
         except ConfigError as err:
-            raise BrokerError(INVALID_CONFIG, str(err)) from None
+            raise BrokerError(ErrorCode.invalid_config, str(err)) from None
         if not creating and "diskless.enable" in out:
-            raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
+            raise BrokerError(ErrorCode.invalid_config, "diskless.enable can only be set when a topic is created")
         diskless = out.get("diskless.enable") == "true" if creating else (topic is not None and self.is_diskless(topic))
+        if diskless and (not self.config.get_bool("diskless.system.enable") or self.diskless is None):
+            # on alter too: Kafka checks a tiered topic's merged configs against remote.log.storage.system.enable
+            raise BrokerError(ErrorCode.invalid_config, DISKLESS_SYSTEM_DISABLED)
         if creating and diskless:
-            if not self.config.get_bool("diskless.system.enable") or self.diskless is None:
-                raise BrokerError(INVALID_CONFIG, "diskless.enable=true needs diskless.system.enable=true on the broker")
             if out.get("remote.storage.enable") == "true":
-                raise BrokerError(INVALID_CONFIG, "a diskless topic cannot also set remote.storage.enable=true")
+                raise BrokerError(ErrorCode.invalid_config, "a diskless topic cannot also set remote.storage.enable=true")
         if out.get("remote.storage.enable") == "true":
             if diskless:
-                raise BrokerError(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
+                raise BrokerError(ErrorCode.invalid_config, "remote.storage.enable cannot be set on a diskless topic")
             if not self.config.get_bool("remote.log.storage.system.enable"):
-                raise BrokerError(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+                raise BrokerError(ErrorCode.invalid_config, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
         self._check_compaction(out, topic)
         return out
 
@@ -544,16 +560,16 @@ class Broker:
         if "compact" not in policy.split(","):
             return
         if out.get("remote.storage.enable", old.get("remote.storage.enable")) == "true":
-            raise BrokerError(INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
+            raise BrokerError(ErrorCode.invalid_config, "Remote log storage is unsupported for the compacted topics")
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None], *, validate_only: bool = False,
                      assignments: dict[int, list[int]] | None = None) -> TopicState | None:
         validate_topic_name(name)
         if name in RESERVED_TOPICS:
-            raise BrokerError(INVALID_REQUEST, f"Creation of internal topic {name} is prohibited.")
+            raise BrokerError(ErrorCode.invalid_request, f"Creation of internal topic {name} is prohibited.")
         if name in self.state.topics:
-            raise BrokerError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            raise BrokerError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
@@ -562,9 +578,9 @@ class Broker:
         if replication_factor == -1:
             replication_factor = self.config.get_int("default.replication.factor")
         if num_partitions <= 0:
-            raise BrokerError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+            raise BrokerError(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
         if replication_factor <= 0:
-            raise BrokerError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise BrokerError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
         clean = self.validate_topic_configs(configs, creating=True)
         diskless = clean.get("diskless.enable") == "true"
         topic_id = uuid.uuid4()
@@ -575,7 +591,10 @@ class Broker:
         else:
             placement = self._place(topic_id, range(num_partitions), replication_factor)
         if replication_factor > 1 and not diskless:
-            raise BrokerError(INVALID_REPLICATION_FACTOR, CLASSIC_REPLICATION_REFUSED)
+            if self.metadata.single_broker:
+                raise BrokerError(ErrorCode.invalid_replication_factor, CLASSIC_REPLICATION_REFUSED)
+            if clean.get("remote.storage.enable") == "true":
+                raise BrokerError(ErrorCode.invalid_replication_factor, TIERED_REPLICATION_REFUSED)
         if validate_only:
             return None
         if diskless:
@@ -602,13 +621,40 @@ class Broker:
                           key=lambda b: b.node_id)
         return live
 
+    LIVE_WATCH_S = 0.5  # how often the live set (refreshed by the cluster state store each second) is compared
+
+    async def _watch_live_brokers(self) -> None:
+        """In a cluster: one INFO line when another broker joins or leaves, as the live set of the
+        cluster state store shows it (kcli/cluster/postgres.py refreshes it each second). A peer
+        seen again under a new incarnation between two looks was restarted: it left and joined."""
+        known = {b.node_id: b for b in self.live_brokers() if b.node_id != self.node_id}
+        while not self.stopping:
+            await asyncio.sleep(self.LIVE_WATCH_S)
+            now = {b.node_id: b for b in self.live_brokers() if b.node_id != self.node_id}
+            live = sorted({*now, self.node_id})
+            for node, b in sorted(known.items()):
+                if node not in now or now[node].incarnation != b.incarnation:
+                    self._log_peer("left", b, live)
+            for node, b in sorted(now.items()):
+                if node not in known or known[node].incarnation != b.incarnation:
+                    self._log_peer("joined", b, live)
+            known = now
+
+    def _log_peer(self, change: str, b: Any, live: list[int]) -> None:
+        endpoints = [f"{name}://{host}:{port}" for name, host, port in b.listeners] or [f"{b.host}:{b.port}"]
+        rack = f" (rack {b.rack})" if b.rack else ""
+        log.info("[KafkaServer id=%d] Broker %d at %s%s %s the cluster; live brokers: %s", self.node_id, b.node_id,
+                 ",".join(endpoints), rack, change, ",".join(map(str, live)),
+                 extra={"event": f"cluster.broker.{change}", "node_id": self.node_id, "broker_id": b.node_id,
+                        "endpoints": endpoints, "rack": b.rack, "live_brokers": live})
+
     def _place(self, topic_id: uuid.UUID, partitions: range, replication_factor: int) -> dict[int, list[int]]:
         from kcli.cluster.placement import PlacementError, assign_replicas
 
         try:
             return assign_replicas(topic_id, partitions, replication_factor, self.live_brokers())
         except PlacementError as err:
-            raise BrokerError(INVALID_REPLICATION_FACTOR, str(err)) from None
+            raise BrokerError(ErrorCode.invalid_replication_factor, str(err)) from None
 
     def _check_assignments(self, assignments: dict[int, list[int]]) -> dict[int, list[int]]:
         """A manual replica assignment, checked as Kafka's ReplicationControlManager does."""
@@ -627,17 +673,29 @@ class Broker:
         return {p: list(r) for p, r in assignments.items()}
 
     def hosts(self, p: PartitionState) -> bool:
-        """Whether this broker holds the log of classic partition ``p``."""
+        """Whether this broker holds a log of classic partition ``p``: its one replica, or, for a
+        replicated partition in a cluster, one of its replicas (leader or follower)."""
+        if len(p.replicas) > 1 and not self.metadata.single_broker:
+            return self.node_id in p.replicas
         return self.metadata.partition_host(p.leader) == self.node_id
+
+    def leads(self, p: PartitionState) -> bool:
+        """Whether this broker is the leader of classic partition ``p`` (takes its produce and fetch)."""
+        if len(p.replicas) > 1 and not self.metadata.single_broker:
+            return p.leader == self.node_id
+        return self.hosts(p)
 
     def log_for(self, t: TopicState, partition: int) -> Any:
         """The local log of a classic partition, or the error a client gets: hosted by another
         broker (NOT_LEADER_OR_FOLLOWER, it refreshes Metadata), unknown, or offline here."""
         p = t.partitions.get(partition)
         if p is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         lg = self.logs.get((t.name, partition))
         if lg is not None:
+            if len(p.replicas) > 1 and not self.leads(p):  # a follower's copy: clients go to the leader
+                raise BrokerError(ErrorCode.not_leader_or_follower, f"Broker {self.node_id} is not the leader of "
+                                  f"{t.name}-{partition} (leader: {p.leader})")
             return lg
         if not self.hosts(p):
             raise BrokerError(ErrorCode.not_leader_or_follower, f"Broker {self.node_id} is not the leader of {t.name}-{partition}")
@@ -645,10 +703,10 @@ class Broker:
 
     def delete_topic(self, name: str) -> None:
         if not self.config.get_bool("delete.topic.enable"):
-            raise BrokerError(TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+            raise BrokerError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
         t = self.state.topics.get(name)
         if t is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         self.metadata.append([record("RemoveTopicRecord", topicId=t.topic_id)])  # data: _metadata_applied
 
     def _drop_topic_data(self, t: TopicState) -> None:
@@ -665,16 +723,18 @@ class Broker:
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         t = self.state.topics.get(name)
         if t is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         current = len(t.partitions)
         if count < current:
-            raise BrokerError(INVALID_PARTITIONS,
+            raise BrokerError(ErrorCode.invalid_partitions,
                               f"Topic currently has {current} partitions, which is higher than the requested {count}.")
         if count == current:
-            raise BrokerError(INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            raise BrokerError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
         for hook in self.extensions:  # e.g. refused while a KIP-694 partition deletion is pending
             if hasattr(hook, "validate_create_partitions"):
                 hook.validate_create_partitions(t, count)
+        if self.is_diskless(t):
+            self.diskless_engine()  # INVALID_CONFIG on a broker without the diskless system
         if validate_only:
             return
         if self.is_diskless(t):
@@ -691,16 +751,16 @@ class Broker:
         """Apply config changes; ``None`` deletes (reverts to default). Non-incremental replaces all."""
         t = self.state.topics.get(name)
         if t is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         for hook in self.extensions:
             hook.validate_config_request(t, changes)
         sets = {k: v for k, v in changes.items() if v is not None}
         deletes = [k for k, v in changes.items() if v is None]
         for k in deletes:
             if k not in TOPIC_CONFIGS:
-                raise BrokerError(INVALID_CONFIG, f"Unknown topic config name: {k}")
+                raise BrokerError(ErrorCode.invalid_config, f"Unknown topic config name: {k}")
             if k == "diskless.enable":
-                raise BrokerError(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
+                raise BrokerError(ErrorCode.invalid_config, "diskless.enable can only be set when a topic is created")
         if not incremental and self.is_diskless(t) and "diskless.enable" not in sets:
             # AlterConfigs replaces the whole set: dropping diskless.enable would be a kind change.
             sets_check = dict(sets)
@@ -718,6 +778,10 @@ class Broker:
         old = dict(t.configs)
         for hook in self.extensions:
             hook.validate_config_change(t, old, new_configs)
+        if self.tiered is None:  # no tiered-storage system here: nothing could run a KIP-950 disablement
+            from kcli.tiered.disable import check_without_tiered_system
+
+            check_without_tiered_system(t, old, new_configs)
         if validate_only:
             return
         recs = []
@@ -735,25 +799,29 @@ class Broker:
         validated, then written as ConfigRecords of resource type BROKER; ``None`` deletes.
         AlterConfigs (not incremental) replaces the resource's whole dynamic set, as in Kafka."""
         if resource_name not in ("", str(self.node_id)):
-            raise BrokerError(INVALID_REQUEST, f"Unexpected broker id, expected {self.node_id} or empty string, "
+            raise BrokerError(ErrorCode.invalid_request, f"Unexpected broker id, expected {self.node_id} or empty string, "
                                                f"but received {resource_name}")
         label = f"ConfigResource(type=BROKER, name='{resource_name}')"
-        unknown = sorted(k for k in changes if k not in BROKER_CONFIGS)
+        from kcli.config.definitions import broker_config_change_error, broker_config_def
+
+        # Kafka's own names that kcli does not implement are accepted as Kafka accepts them
+        # (stored, no effect); a name Kafka does not know either is refused (kcli/config/kafka_broker_configs.py)
+        unknown = sorted(k for k in changes if broker_config_def(k) is None)
         if unknown:
-            raise BrokerError(INVALID_CONFIG, f"Unknown broker config name: {unknown[0]}")
-        static = sorted(k for k in changes if k not in DYNAMIC_BROKER_CONFIGS)
-        if static:  # Kafka's DynamicBrokerConfig, as its admin manager answers it
-            raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: "
-                                               f"Cannot update these configs dynamically: Set({', '.join(static)})")
+            raise BrokerError(ErrorCode.invalid_config, f"Unknown broker config name: {unknown[0]}")
+        refusal = broker_config_change_error(resource_name, changes)
+        if refusal:  # Kafka's DynamicBrokerConfig, as its admin manager answers it
+            raise BrokerError(ErrorCode.invalid_request, f"Invalid config value for resource {label}: {refusal}")
         clean: dict[str, str | None] = {}
         for k, raw in changes.items():
             if raw is None:
                 clean[k] = None
                 continue
+            d = broker_config_def(k)
             try:
-                clean[k] = format_value(BROKER_CONFIGS[k], parse_value(BROKER_CONFIGS[k], raw))
+                clean[k] = format_value(d, parse_value(d, raw))
             except ConfigError as err:
-                raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: {err}") from None
+                raise BrokerError(ErrorCode.invalid_request, f"Invalid config value for resource {label}: {err}") from None
         old = dict(self.state.broker_configs.get(resource_name, {}))
         new = dict(old) if incremental else {}
         for k, v in clean.items():
@@ -787,12 +855,12 @@ class Broker:
             if tv != -1 and lv != -2 and (lv == -1 or lv > tv):
                 why = f"Value must not be -1 as {total} value is set as {tv}." if lv == -1 else \
                     f"Value must not be more than {total} property value: {tv}"
-                raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: "
+                raise BrokerError(ErrorCode.invalid_request, f"Invalid config value for resource {label}: "
                                                    f"Invalid value {lv} for configuration {local}: {why}")
         if "compact" in after("log.cleanup.policy").split(","):
             for t in self.state.topics.values():
                 if "cleanup.policy" not in t.configs and self.topic_kind(t) == "tiered":
-                    raise BrokerError(INVALID_REQUEST, f"Invalid config value for resource {label}: log.cleanup.policy=compact "
+                    raise BrokerError(ErrorCode.invalid_request, f"Invalid config value for resource {label}: log.cleanup.policy=compact "
                                                        f"would reach tiered topic {t.name}, which has no cleanup.policy of "
                                                        "its own (remote log storage is unsupported for compacted topics)")
 
@@ -839,6 +907,15 @@ class Broker:
                             lg.update_config(self.log_config(t))
                     for hook in self.extensions:
                         hook.config_changed(t, old_cfg, dict(t.configs))
+            except Exception as err:  # noqa: BLE001 - raised below
+                first_error = first_error or err
+        if self.replicas is not None:
+            from kcli.broker.replica import reassignment
+
+            try:
+                reassignment.open_new_replicas(self)  # a reassignment added this broker
+                self.replicas.metadata_changed()  # leader and ISR changes, new replicas
+                reassignment.drop_removed_replicas(self)  # ... or removed it: its log goes
             except Exception as err:  # noqa: BLE001 - raised below
                 first_error = first_error or err
         if first_error is not None:
@@ -896,7 +973,7 @@ class Broker:
         ``upper_bound`` (exclusive; a read_committed fetch's last stable offset) caps local reads;
         a diskless partition's coordinator applies its own for ``read_committed``."""
         if self.is_diskless(t):
-            return await self.diskless.read(t, partition, offset, max_bytes, min_one=min_one,
+            return await self.diskless_engine().read(t, partition, offset, max_bytes, min_one=min_one,
                                             read_committed=read_committed)
         lg = self.log_for(t, partition)
         if self.tiered is not None and offset < lg.local_log_start_offset and self.tiered.has_remote(t, partition):
@@ -906,20 +983,20 @@ class Broker:
     def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
         """(high watermark, log start offset)."""
         if self.is_diskless(t):
-            return self.diskless.offsets(t, partition)
+            return self.diskless.offsets(t, partition) if self.diskless is not None else (-1, -1)
         lg = self.get_log(t.name, partition)
         if lg is None:
             return -1, -1
-        return lg.log_end_offset, lg.log_start_offset
+        return lg.high_watermark, lg.log_start_offset
 
     async def list_offset(self, t: TopicState, partition: int, timestamp: int) -> tuple[int, int]:
         """ListOffsets for one partition: (offset, timestamp); -1 = latest, -2 = earliest,
         -3 = max timestamp, -4 = earliest local, -5 = latest tiered."""
         if self.is_diskless(t):
-            return await self.diskless.list_offset(t, partition, timestamp)
+            return await self.diskless_engine().list_offset(t, partition, timestamp)
         lg = self.log_for(t, partition)
         if timestamp == -1:
-            return lg.log_end_offset, -1
+            return lg.high_watermark, -1
         if timestamp == -2:
             return lg.log_start_offset, -1
         if timestamp == -4:
@@ -943,9 +1020,9 @@ class Broker:
     async def delete_records(self, t: TopicState, partition: int, offset: int) -> int:
         """DeleteRecords: move the log start offset; -1 means the high watermark."""
         if self.is_diskless(t):
-            return await self.diskless.delete_records(t, partition, offset)
+            return await self.diskless_engine().delete_records(t, partition, offset)
         lg = self.log_for(t, partition)
-        hw = lg.log_end_offset
+        hw = lg.high_watermark
         target = hw if offset == -1 else offset
         if target < 0 or target > hw:
             raise BrokerError(1, f"Cannot increment the log start offset to {offset} of partition {t.name}-{partition} since it is larger than the high watermark {hw}")

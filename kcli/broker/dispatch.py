@@ -9,12 +9,9 @@ response's top-level ``error_code`` where the schema has one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from kcli.protocol.codec import RequestHeader
-
-if TYPE_CHECKING:
-    from kcli.broker.broker import Broker
 
 
 @dataclass
@@ -32,7 +29,7 @@ class ConnectionState:
 
 @dataclass
 class RequestContext:
-    broker: "Broker"
+    broker: Any  # the kcli.broker.broker.Broker serving the request (typed loosely: it imports the handlers)
     header: RequestHeader
     connection: ConnectionState
 

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kcli.broker.broker_config import BrokerConfig
+from kcli.config.broker_config import BrokerConfig
 from kcli.broker.runner import EmbeddedBroker, default_data_dir, load_settings, running_broker_address
-from kcli.broker.server_properties import ignored_line
+from kcli.config.server_properties import ignored_line
 from kcli.contexts import ContextsConfig
 from kcli.errors import OperationError
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
-    from kcli.broker.metadata_log import TopicState
+    from kcli.metadata.metadata_log import TopicState
 
 
 class BrokerExtension:

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from kcli.broker.configs import ConfigError
+from kcli.config.definitions import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):(\d{1,5})$")

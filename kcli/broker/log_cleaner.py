@@ -28,7 +28,7 @@ from kcli.storage.cleaner import LogCleaner
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
-    from kcli.broker.metadata_log import TopicState
+    from kcli.metadata.metadata_log import TopicState
 
 log = logging.getLogger("kcli.broker.log_cleaner")
 

@@ -41,8 +41,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+_configured_format = "text"
+
+
+def configured_format() -> str:
+    """The format :func:`configure` last set (``text`` before it ran): what else the broker writes
+    for its log's readers (the listening announcement) follows it."""
+    return _configured_format
+
+
 def configure(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
     """Route every logger to ``stream`` (stderr) at ``level`` in ``fmt``; replaces earlier setup."""
+    global _configured_format
+    _configured_format = "json" if fmt == "json" else "text"
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()

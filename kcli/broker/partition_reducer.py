@@ -42,15 +42,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
+from kio.schema.errors import ErrorCode
+
+from kcli.fsutil import fsync_dir_best_effort
 from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
-from kcli.broker.metadata_log import MODE_NAMES, MODE_NONE, MODE_READ_ONLY, MODE_READ_WRITE, record
+from kcli.metadata.metadata_log import MODE_NAMES, MODE_NONE, MODE_READ_ONLY, MODE_READ_WRITE, record
 from kcli.protocol.errors import TOPIC_UNDER_CHANGES, BrokerError
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
     from kcli.broker.dispatch import RequestContext
-    from kcli.broker.metadata_log import PartitionState, TopicState
+    from kcli.metadata.metadata_log import PartitionState, TopicState
 
 log = logging.getLogger("kcli.broker.partition_reducer")
 
@@ -58,10 +61,6 @@ ENABLE_CONFIG = "delete.topic.partition.enable"
 INTERVAL_CONFIG = "delete.topic.partition.interval.delay.ms"
 MODES_STATE_KEY = "kcli.partition.modes"
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_PARTITIONS = 37
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
 
 # API keys that mark a connection as a producer's or a consumer's (see producer_view).
 PRODUCER_APIS = frozenset({0, 22, 24, 25, 26, 28})  # Produce, InitProducerId, txn APIs
@@ -208,10 +207,10 @@ class PartitionReducer(BrokerExtension):
     def check_request(self, delay_ms: int) -> None:
         """Request-wide checks: the feature switch and the delay."""
         if not self.enabled:
-            raise BrokerError(POLICY_VIOLATION,
+            raise BrokerError(ErrorCode.policy_violation,
                               f"Reducing partitions is disabled on this broker: set {ENABLE_CONFIG}=true to enable it")
         if delay_ms < 0:
-            raise BrokerError(INVALID_REQUEST, f"delete_partitions_delay must be >= 0 ms, got {delay_ms}")
+            raise BrokerError(ErrorCode.invalid_request, f"delete_partitions_delay must be >= 0 ms, got {delay_ms}")
 
     def check_topic(self, name: str, partitions: list[int]) -> "TopicState":
         """Topic checks; returns the topic. Raises BrokerError with Kafka's error code."""
@@ -219,26 +218,26 @@ class PartitionReducer(BrokerExtension):
 
         t = self.broker.topic(name)
         if t is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         if name in INTERNAL_TOPICS:
-            raise BrokerError(INVALID_REQUEST, f"Partitions of the internal topic '{name}' cannot be deleted.")
+            raise BrokerError(ErrorCode.invalid_request, f"Partitions of the internal topic '{name}' cannot be deleted.")
         self._refuse_if_pending(t)
         if self.broker.is_diskless(t) and self.broker.diskless is None:
-            raise BrokerError(INVALID_REQUEST, f"'{name}' is a diskless topic and diskless storage is not enabled on this broker")
+            raise BrokerError(ErrorCode.invalid_request, f"'{name}' is a diskless topic and diskless storage is not enabled on this broker")
         if not partitions:
-            raise BrokerError(INVALID_PARTITIONS, "No partitions to delete were given.")
+            raise BrokerError(ErrorCode.invalid_partitions, "No partitions to delete were given.")
         if len(set(partitions)) != len(partitions):
-            raise BrokerError(INVALID_REQUEST, f"Duplicate partitions in {sorted(partitions)}.")
+            raise BrokerError(ErrorCode.invalid_request, f"Duplicate partitions in {sorted(partitions)}.")
         current = len(t.partitions)
         unknown = sorted(set(partitions) - set(t.partitions))
         if unknown:
-            raise BrokerError(INVALID_PARTITIONS,
+            raise BrokerError(ErrorCode.invalid_partitions,
                               f"Topic '{name}' has {current} partitions; partition {unknown[0]} does not exist.")
         keep = current - len(partitions)
         if keep < 1:
-            raise BrokerError(INVALID_PARTITIONS, f"Topic '{name}' must keep at least one partition.")
+            raise BrokerError(ErrorCode.invalid_partitions, f"Topic '{name}' must keep at least one partition.")
         if sorted(partitions) != list(range(keep, current)):
-            raise BrokerError(INVALID_PARTITIONS,
+            raise BrokerError(ErrorCode.invalid_partitions,
                               f"Only the highest-numbered partitions can be deleted: to keep {keep} partitions of "
                               f"'{name}', delete partitions {keep}..{current - 1}.")
         return t
@@ -353,7 +352,7 @@ class PartitionReducer(BrokerExtension):
         doomed = b.partition_delete_dir(t.name, p)  # fits 255 bytes even for a 249-char topic
         if d.exists():
             os.rename(d, doomed)
-            _fsync_dir(b.data_dir)
+            fsync_dir_best_effort(b.data_dir)
         lg = b.logs.pop((t.name, p), None)  # after the rename: a failed rename leaves the log served
         if lg is not None:
             lg.delete()  # closes its files; its old path is already gone
@@ -374,14 +373,3 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
-
-
-def _fsync_dir(directory: Any) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -42,6 +42,30 @@ KAFKA_NAMES: dict[str, tuple[str, str]] = {
     "topic.messages_in": ("kafka_server_brokertopicmetrics_messagesin", "Records appended, per topic (BrokerTopicMetrics MessagesInPerSec)."),
     "tiered.bytes.copied": ("kafka_server_brokertopicmetrics_remotecopybytes", "Bytes copied to remote storage (BrokerTopicMetrics RemoteCopyBytesPerSec)."),
     "tiered.remote.fetch.bytes": ("kafka_server_brokertopicmetrics_remotefetchbytes", "Bytes read from remote storage (BrokerTopicMetrics RemoteFetchBytesPerSec)."),
+    # Kafka checks CRCs on produce only (InvalidMessageCrcRecordsPerSec); kcli also checks every batch it
+    # reads from object storage, and names that meter the way Kafka names its fetch meters.
+    "fetch.corrupt.batches": ("kafka_server_brokertopicmetrics_corruptfetchbatches",
+                              "Batches read from object storage (source diskless: WAL objects, tiered: remote segments) "
+                              "that failed their CRC-32C or header check and were answered CORRUPT_MESSAGE instead of "
+                              "served (BrokerTopicMetrics CorruptFetchBatchesPerSec, kcli's)."),
+    # Replication of classic partitions (kcli/broker/replica/)
+    "replica.under_replicated_partitions": ("kafka_server_replicamanager_underreplicatedpartitions",
+                                            "Partitions this broker leads whose ISR is smaller than their replicas (ReplicaManager UnderReplicatedPartitions)."),
+    "replica.under_min_isr_partitions": ("kafka_server_replicamanager_underminisrpartitioncount",
+                                         "Partitions this broker leads whose ISR is below min.insync.replicas (ReplicaManager UnderMinIsrPartitionCount)."),
+    "replica.offline_partitions": ("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                   "Replicated partitions without a live leader, on the controller (KafkaController OfflinePartitionsCount)."),
+    "replica.leader_count": ("kafka_server_replicamanager_leadercount", "Replicated partitions this broker leads (ReplicaManager LeaderCount)."),
+    "replica.isr_shrinks": ("kafka_server_replicamanager_isrshrinks", "ISR shrinks committed by this broker as leader (ReplicaManager IsrShrinksPerSec)."),
+    "replica.isr_expands": ("kafka_server_replicamanager_isrexpands", "ISR expansions committed by this broker as leader (ReplicaManager IsrExpandsPerSec)."),
+    "replica.max_lag": ("kafka_server_replicafetchermanager_maxlag",
+                        "Largest lag in records of a follower behind this broker's log end, over the partitions it leads (ReplicaFetcherManager MaxLag)."),
+}
+# Counters exported with 0 before their first event (alerts on increase() need a series): name -> label sets.
+ZERO_FROM_START: dict[str, tuple[tuple[tuple[str, str], ...], ...]] = {
+    "fetch.corrupt.batches": ((("source", "diskless"),), (("source", "tiered"),)),
+    "replica.isr_shrinks": ((),),
+    "replica.isr_expands": ((),),
 }
 # Object-store failures, one family with the operation as a label.
 OBJECT_STORE_ERRORS = {"diskless.upload.errors": "put", "diskless.get.errors": "get", "diskless.cleaner.errors": "delete"}
@@ -100,6 +124,9 @@ class BrokerCollector:
             table = OBJECT_STORE_ERRORS if name == "objectstore.errors" else COORDINATOR_ERRORS
             for op in table.values():
                 counters.setdefault(name, {}).setdefault((("operation", op),), 0)
+        for name, label_sets in ZERO_FROM_START.items():
+            for labels in label_sets:
+                counters.setdefault(name, {}).setdefault(labels, 0)
         for name, series in sorted(counters.items()):
             yield _family(CounterMetricFamily, name, series, lambda fam, labels, v: fam.add_metric(labels, v))
         histograms: dict[str, dict[Labels, Summary]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kcli.broker.broker import Broker, DataDirError
-from kcli.broker.broker_config import BrokerConfig, read_properties
-from kcli.broker.configs import ConfigError
+from kcli.config.broker_config import BrokerConfig, read_properties
+from kcli.config.definitions import ConfigError
 from kcli.broker.listeners import Listener, parse_listeners
-from kcli.broker.server_properties import translate
+from kcli.config.server_properties import translate
 from kcli.errors import OperationError, UsageError
 
 if TYPE_CHECKING:
@@ -161,10 +162,13 @@ def resolve_listeners(listen: str | None, config: BrokerConfig) -> tuple[list[Li
     return [Listener(proto, proto, host, port)], False
 
 
-def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, metrics_listen: str | None = None) -> int:
+def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, metrics_listen: str | None = None,
+                   log_format: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM; print the listening line(s) once connections are accepted:
     ``kcli broker listening on HOST:PORT`` for the ``--listen`` listener, one
-    ``kcli broker listening on NAME://HOST:PORT`` per listener of ``--config listeners=...``."""
+    ``kcli broker listening on NAME://HOST:PORT`` per listener of ``--config listeners=...``
+    (with ``log_format`` json, by default the format the log was configured with: one JSON log
+    object each, :func:`announce_listening`)."""
     listeners, named = resolve_listeners(listen, config)
     metrics_at = metrics_address(metrics_listen, config)
     for li in listeners:
@@ -194,10 +198,7 @@ def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, met
             loop.add_signal_handler(sig, lambda s=sig: (received.append(s), stop.set()))
         exporter = await start_exporter(broker, metrics_at)
         started_log(broker, exporter)
-        for li, h, p in broker.bound:
-            sys.stdout.write(f"kcli broker listening on {li.name}://{h}:{p}\n" if named else
-                             f"kcli broker listening on {h}:{p}\n")
-        sys.stdout.flush()
+        announce_listening(broker, named, log_format)
         await stop.wait()
         log.info("[KafkaServer id=%d] shutting down", broker.node_id, extra={"event": "broker.stopping"})
         if exporter is not None:
@@ -209,6 +210,45 @@ def run_foreground(data_dir: Path, listen: str | None, config: BrokerConfig, met
     asyncio.run(main())
     # Ctrl-C: 130, as a shell reports it; SIGTERM (a service manager's stop) is a clean exit.
     return 128 + signal.SIGINT if received[:1] == [signal.SIGINT] else 0
+
+
+LISTENING_PREFIX = "kcli broker listening on "
+LISTENING_EVENT = "broker.listening"
+
+
+def announce_listening(broker: Broker, named: bool, log_format: str | None = None) -> None:
+    """Tell whoever started the broker, on stdout, where it listens, one line per listener:
+    ``kcli broker listening on HOST:PORT`` (``NAME://HOST:PORT`` with ``--config listeners=...``).
+    With ``--log-format json`` each line is a JSON log object instead, like every other line of
+    the log it may land in (``--daemon`` and `kcli cluster start` send stdout there too): the same
+    words as ``message``, ``event`` ``broker.listening``, and ``listener``, ``host``, ``port``."""
+    from kcli.broker.logsetup import JsonFormatter, configured_format
+
+    log_format = log_format or configured_format()
+    for li, h, p in broker.bound:
+        address = f"{li.name}://{h}:{p}" if named else f"{h}:{p}"
+        if log_format == "json":
+            record = logging.LogRecord(log.name, logging.INFO, __file__, 0, LISTENING_PREFIX + address, None, None)
+            record.__dict__.update(event=LISTENING_EVENT, node_id=broker.node_id, listener=li.name, host=h, port=p)
+            sys.stdout.write(JsonFormatter().format(record) + "\n")
+        else:
+            sys.stdout.write(LISTENING_PREFIX + address + "\n")
+    sys.stdout.flush()
+
+
+def parse_listening(line: str) -> str | None:
+    """The address a listening line announces (``HOST:PORT`` or ``NAME://HOST:PORT``), in the text
+    or the JSON form of :func:`announce_listening`; None for any other line."""
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or obj.get("event") != LISTENING_EVENT:
+            return None
+        text = str(obj.get("message", ""))
+    return text[len(LISTENING_PREFIX):].strip() if text.startswith(LISTENING_PREFIX) else None
 
 
 def started_log(broker: Broker, exporter: "MetricsExporter | None") -> None:

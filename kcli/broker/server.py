@@ -32,7 +32,6 @@ log = logging.getLogger("kcli.broker.server")
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
-UNSUPPORTED_VERSION = 35
 # Before authentication a SASL listener serves only these (ApiVersions, SaslHandshake, SaslAuthenticate).
 PRE_AUTH_APIS = frozenset({18, 17, 36})
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to a TLS listener and says nothing
@@ -40,8 +39,6 @@ REFUSED_LINGER_S = 1.0  # see KafkaServer._linger
 IDLE_SWEEP_S = 2.0  # how often connections that received nothing give back their read buffer
 TRIM_AFTER_CLOSED = 32  # connections closed since the last sweep that make it return freed heap to the OS
 TRIM_AFTER_RELEASED = 1 << 20  # ... or bytes of idle read buffers it released
-UNKNOWN_SERVER_ERROR = int(ErrorCode.unknown_server_error)
-KAFKA_STORAGE_ERROR = int(ErrorCode.kafka_storage_error)
 
 
 def handler_error_code(err: BaseException) -> tuple[int, str]:
@@ -54,8 +51,8 @@ def handler_error_code(err: BaseException) -> tuple[int, str]:
     if isinstance(code, int) and not isinstance(code, bool) and -1 <= code < 2**15 and not isinstance(err, OSError):
         return code, str(getattr(err, "message", "") or err)
     if isinstance(err, OSError):
-        return KAFKA_STORAGE_ERROR, f"{err.strerror or err}"
-    return UNKNOWN_SERVER_ERROR, f"Unexpected server error: {type(err).__name__}"
+        return ErrorCode.kafka_storage_error, f"{err.strerror or err}"
+    return ErrorCode.unknown_server_error, f"Unexpected server error: {type(err).__name__}"
 
 
 class KafkaServer:
@@ -319,7 +316,7 @@ class KafkaServer:
             if header.api_key == PRODUCE_KEY and int(getattr(request, "acks", -1)) == 0:
                 data = None  # an acks=0 producer reads no response
             else:
-                body = codec.error_response_body(header.api_key, header.api_version, request, UNSUPPORTED_VERSION, message)
+                body = codec.error_response_body(header.api_key, header.api_version, request, ErrorCode.unsupported_version, message)
                 data = codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
         except ProtocolError:
             raise
@@ -335,5 +332,5 @@ class KafkaServer:
         # Kafka answers a too-new ApiVersions with a v0 body so the client can downgrade.
         from kcli.broker.handlers.api_versions import supported_api_keys
 
-        body = {"error_code": UNSUPPORTED_VERSION, "api_keys": supported_api_keys()}
+        body = {"error_code": ErrorCode.unsupported_version, "api_keys": supported_api_keys()}
         return codec.encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)

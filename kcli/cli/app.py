@@ -7,11 +7,25 @@ import sys
 
 import typer
 
-from kcli.cli.common import GlobalOptions, OutputFormat, fail, interrupt_exit_code, interrupted, raise_keyboard_interrupt
+from kcli.cli.common import (GlobalOptions, OutputFormat, fail, interrupt_exit_code, interrupted,
+                             raise_keyboard_interrupt, stdout_closed)
 from kcli.cli.helpfmt import install as install_help_format
 from kcli.errors import KcliError, UsageError
 
 install_help_format()  # flags without `<bool>`, ranges as `N ≥ 1` (kcli/cli/helpfmt.py)
+
+
+def _rich_broken_pipe(console: object) -> None:
+    stdout_closed()  # Rich's own answer (help, runbook output) would be exit 1
+
+
+def _install_broken_pipe() -> None:
+    from rich.console import Console
+
+    Console.on_broken_pipe = _rich_broken_pipe  # type: ignore[method-assign, assignment]
+
+
+_install_broken_pipe()
 
 app = typer.Typer(
     name="kcli",
@@ -25,6 +39,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "kcli.cli.context_cmd",
     "kcli.cli.topics",
+    "kcli.cli.replicas_cmd",
     "kcli.cli.clients",
     "kcli.cli.groups_cmd",
     "kcli.cli.broker_cmd",
@@ -145,7 +160,41 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Console entry point: run the app, turning kcli errors into one line and an exit code."""
+    """Console entry point: run the app, turning kcli errors into one line and an exit code.
+
+    Output cut short by its reader (``kcli --help | head -1``, ``kcli dump-log DIR | head``)
+    ends quietly with exit 141, what a shell reports for cat or grep killed by SIGPIPE
+    (:func:`kcli.cli.common.stdout_closed`)."""
+    try:
+        _run()
+    except BrokenPipeError:
+        stdout_closed()
+    except SystemExit:
+        if _stdout_pacified():  # typer's own answer to EPIPE: exit 1, silently
+            stdout_closed()
+        _flush_stdout()
+        raise
+    _flush_stdout()
+
+
+def _stdout_pacified() -> bool:
+    """Typer (like click) answers a write to a closed pipe with exit 1 after wrapping stdout
+    in its PacifyFlushWrapper: that wrapper says the pipe was closed."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
+
+
+def _flush_stdout() -> None:
+    """Flush what is buffered now, while a closed pipe can still be answered with 141 (at
+    interpreter exit it would be "Exception ignored ... BrokenPipeError" and exit 120)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
+    except (OSError, ValueError):
+        pass
+
+
+def _run() -> None:
     import typer.completion
 
     typer.completion.completion_init()  # `_KCLI_COMPLETE=source_bash kcli` prints the script

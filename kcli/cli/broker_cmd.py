@@ -45,7 +45,7 @@ def start(
     Example: kcli broker start --data-dir /tmp/kcli --daemon --metrics-listen 127.0.0.1:9308 --log-format json
     """
     from kcli.broker.runner import configure_logging, default_data_dir, load_settings, run_foreground
-    from kcli.broker.server_properties import ignored_line
+    from kcli.config.server_properties import ignored_line
 
     opts = options(ctx)
     level, fmt = check_log_options(log_level, log_format)

@@ -46,6 +46,8 @@ def produce(
     property: List[str] = typer.Option([], "--property", help="Producer property KEY=VALUE for librdkafka (repeatable)."),
     header: List[str] = typer.Option([], "--header", "-H", help="Header NAME=VALUE added to every record (repeatable, as kcat -H)."),
     timestamp: Optional[int] = typer.Option(None, "--timestamp", metavar="MS", help="Every record's timestamp, ms since the epoch (default: now)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS",
+                                            help=f"Give up on records not acknowledged within this long and exit 1, naming offline partitions (default {ops.PRODUCE_TIMEOUT_S:g})."),
 ) -> None:
     """Write stdin to a topic, one record per line.
 
@@ -57,7 +59,7 @@ def produce(
     request = ops.ProduceRequest(topic=topic, key_separator=_separator(key_separator), acks=acks.lower(),
                                  partition=partition, compression=compression.lower(),
                                  properties=parse_key_values(property, "--property"),
-                                 headers=_headers(header), timestamp_ms=timestamp)
+                                 headers=_headers(header), timestamp_ms=timestamp, timeout_s=timeout)
     stop = threading.Event()
     reading = False
 
@@ -197,8 +199,11 @@ def consume(
             broken_pipe = True
             stop.set()
 
+    def warn(message: str) -> None:
+        sys.stderr.write(f"kcli: warning: {message}\n")
+
     with deferred_signals(stop), connect(opts) as conn:
-        result = ops.consume(conn, request, write, stop)
+        result = ops.consume(conn, request, write, stop, warn)
     if broken_pipe:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -39,7 +39,7 @@ def start(
     object_store: Optional[str] = typer.Option(None, "--object-store", help="Shared object store: file:///dir or s3://bucket/prefix (default: DIR/objects)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_DIR_HELP),
     base_port: Optional[int] = typer.Option(None, "--base-port", help="Brokers listen on 127.0.0.1:P..P+N-1 (default: free ports)."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for PostgreSQL and every broker to register."),
+    timeout: float = typer.Option(60.0, "--timeout", metavar="SECONDS", help="Seconds to wait for PostgreSQL and every broker to register."),
     config: List[str] = typer.Option([], "--config", help="Broker config KEY=VALUE for every broker (repeatable), e.g. remote.log.storage.system.enable=true; kept for restarts."),
 ) -> None:
     """Start PostgreSQL and N brokers in the background and print the bootstrap list.
@@ -77,9 +77,10 @@ def start(
                        f" {cluster.data_dir}; the rest was running")
         typer.echo(f"PostgreSQL: {cluster.postgresql.url}")
         typer.echo(f"Object store: {cluster.object_store}")
-        print_table([{"node_id": b.node_id, "rack": b.rack, "listener": b.listener, "pid": b.pid, "log": b.log}
-                     for b in cluster.brokers],
-                    [("NODE-ID", "node_id"), ("RACK", "rack"), ("LISTENER", "listener"), ("PID", "pid"), ("LOG", "log")])
+        print_table([{"node_id": b.node_id, "rack": b.rack, "listener": b.listener, "pid": b.pid,
+                      "metrics": b.metrics_url or "-", "log": b.log} for b in cluster.brokers],
+                    [("NODE-ID", "node_id"), ("RACK", "rack"), ("LISTENER", "listener"), ("PID", "pid"),
+                     ("METRICS", "metrics"), ("LOG", "log")])
         typer.echo(f"Bootstrap servers: {cluster.bootstrap}")
 
     render(result, opts.output, table)
@@ -105,9 +106,10 @@ def status(
         typer.echo(f"Cluster: {result.data_dir}")
         typer.echo(f"PostgreSQL: {'up' if result.postgresql_up else 'down'} ({result.postgresql_url})")
         print_table([{"node_id": b.node_id, "rack": b.rack, "listener": b.listener, "pid": b.pid,
-                      "alive": b.alive, "registered": b.registered} for b in result.brokers],
+                      "alive": b.alive, "registered": b.registered, "metrics": b.metrics_url or "-"}
+                     for b in result.brokers],
                     [("NODE-ID", "node_id"), ("RACK", "rack"), ("LISTENER", "listener"), ("PID", "pid"),
-                     ("ALIVE", "alive"), ("REGISTERED", "registered")])
+                     ("ALIVE", "alive"), ("REGISTERED", "registered"), ("METRICS", "metrics")])
         if result.up:
             typer.echo(f"Bootstrap servers: {result.bootstrap}")
 
@@ -124,7 +126,7 @@ def status(
 def stop(
     ctx: typer.Context,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_DIR_HELP),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds each broker gets to stop after SIGTERM before SIGKILL."),
+    timeout: float = typer.Option(30.0, "--timeout", metavar="SECONDS", help="Seconds each broker gets to stop after SIGTERM before SIGKILL."),
 ) -> None:
     """Stop the brokers (SIGTERM, then SIGKILL after the timeout) and then PostgreSQL.
 

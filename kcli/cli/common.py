@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import typer
 
@@ -55,6 +56,26 @@ def fail(err: KcliError, verbose: bool = False) -> None:
         traceback.print_exception(err)
     sys.stderr.write(f"kcli: error: {err}\n")
     raise SystemExit(err.exit_code)
+
+
+# What a shell reports for a command that wrote to a pipe whose reader had left (`| head`): cat
+# and grep die of SIGPIPE there, which the shell shows as 128 + 13. Python ignores SIGPIPE, so
+# kcli sees EPIPE (BrokenPipeError) instead and exits with the same status, quietly.
+STDOUT_CLOSED_EXIT = 128 + signal.SIGPIPE
+
+
+def stdout_closed() -> NoReturn:
+    """The reader of stdout went away: exit quietly with 141, as cat and grep do.
+
+    Python's documented recipe (library/signal.html, "Note on SIGPIPE"): point stdout at
+    /dev/null first, so the interpreter's final flush of what is still buffered cannot fail
+    again with "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout already closed or not a file
+        pass
+    raise SystemExit(STDOUT_CLOSED_EXIT)
 
 
 def parse_key_values(items: list[str] | None, option: str) -> dict[str, str]:

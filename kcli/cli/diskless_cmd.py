@@ -115,22 +115,27 @@ def describe(
     ctx: typer.Context,
     topic: List[str] = typer.Option([], "--topic", "-t", help="Diskless topic (repeatable; default: all)."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", help=COORDINATOR_HELP),
+    replicas: bool = typer.Option(False, "--replicas", help="Also each partition's ISR and every replica's local cache range (needs a broker)."),
     output: Optional[OutputFormat] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Offsets, batches and object-storage use of diskless topics.
 
     Per partition: log start offset, high watermark, batch count and bytes; per topic: totals,
     live bytes on object storage, the objects it is part of (count, total size) and the objects
-    where all its batches were deleted but that are still stored.
+    where all its batches were deleted but that are still stored. With --replicas, per partition
+    also the ISR (replicas in sync with the batch coordinator) and each replica's local cache
+    range (docs/diskless.md, "Replicas and their local cache").
 
     Example: kcli diskless describe --topic orders
+
+    Example: kcli diskless describe --topic orders --replicas
 
     Example: kcli diskless describe --coordinator sqlite:///var/lib/kcli/diskless/coordinator.db -o json
 
     Example: kcli -b host1:9092,host2:9092,host3:9092 diskless describe --topic orders
     """
     opts = _opts(ctx, output)
-    data = _run(opts, _source(opts, coordinator), lambda src: src.describe(topic or None))
+    data = _run(opts, _source(opts, coordinator), lambda src: src.describe(topic or None, replicas))
 
     def table() -> None:
         from kcli.cli.render import print_table
@@ -142,12 +147,15 @@ def describe(
         rows = []
         for t in topics:
             for p in t["partitions"]:
-                rows.append({"topic": t["name"], **p})
+                rows.append({"topic": t["name"], **p, **_replica_cache_columns(p)})
             tot = t["totals"]
             rows.append({"topic": t["name"], "partition": "total", "log_start_offset": "",
                          "high_watermark": "", "batch_count": tot["batch_count"], "byte_size": tot["byte_size"]})
-        print_table(rows, [("TOPIC", "topic"), ("PARTITION", "partition"), ("LOG-START-OFFSET", "log_start_offset"),
-                           ("HIGH-WATERMARK", "high_watermark"), ("BATCHES", "batch_count"), ("BYTES", "byte_size")])
+        columns = [("TOPIC", "topic"), ("PARTITION", "partition"), ("LOG-START-OFFSET", "log_start_offset"),
+                   ("HIGH-WATERMARK", "high_watermark"), ("BATCHES", "batch_count"), ("BYTES", "byte_size")]
+        if any("isr" in p for t in topics for p in t["partitions"]):  # online: the broker knows the caches
+            columns += [("ISR", "isr_text"), ("LOCAL-CACHE (BROKER:START-END)", "cache_text")]
+        print_table(rows, columns)
         sys.stdout.write("\n")
         storage = [{"topic": t["name"], "topic_id": t["topic_id"], **t["storage"]} for t in topics]
         print_table(storage, [("TOPIC", "topic"), ("TOPIC-ID", "topic_id"), ("LIVE-BYTES", "live_bytes"),
@@ -155,6 +163,17 @@ def describe(
                               ("DEAD-OBJECTS", "dead_file_count"), ("DEAD-OBJECTS-BYTES", "dead_files_size")])
 
     _render(opts, data, table)
+
+
+def _replica_cache_columns(p: dict) -> dict:
+    """ISR and each replica's local cache range (kcli/diskless/replica_cache.py) as table cells."""
+    if "isr" not in p:
+        return {}
+    caches = []
+    for c in p.get("replica_caches", []):
+        span = "none" if c.get("log_end_offset") is None else f"{c['log_start_offset']}-{c['log_end_offset']}"
+        caches.append(f"{c['broker']}:{span}" + ("" if c.get("in_sync") else "(out of sync)"))
+    return {"isr_text": ",".join(str(r) for r in p["isr"]) or "-", "cache_text": " ".join(caches) or "-"}
 
 
 # -- objects ----------------------------------------------------------------------------------
@@ -250,8 +269,8 @@ def verify(
                          f"{'OK' if not problems else f'{len(problems)} problem(s)'}\n")
         if problems:
             sys.stdout.write("\n")
-            print_table(problems, [("OBJECT", "object_key"), ("POSITION", "byte_offset"), ("PARTITION", "partition"),
-                                   ("PROBLEM", "problem")])
+            print_table(problems, [("OBJECT", "object_key"), ("POSITION", "byte_offset"), ("BYTES", "byte_size"),
+                                   ("PARTITION", "partition"), ("PROBLEM", "problem")])
         for field, what, why in (
             ("orphans", "orphan", "upload intent recorded, never committed; `kcli diskless gc` deletes them after"
                                   " the grace period"),

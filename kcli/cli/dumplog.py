@@ -57,19 +57,19 @@ def dump_log(
 ) -> None:
     """Dump log segments, indexes and WAL segment objects in kafka-dump-log's format.
 
-    Exit status: 0 when everything was valid, 1 when a file was unreadable or had invalid data
-    (bad CRC, truncated tail, index mismatch), 2 for usage errors.
+    Exit status: 0 when everything was valid, 1 when a file was unreadable or had invalid data (bad CRC, truncated tail, index mismatch), 2 for usage errors, 141 when the reader of the output left (| head).
+
+    A named file that is not a Kafka file is skipped with Kafka's "Ignoring unknown file FILE" (exit 0).
 
     Example: kcli dump-log /var/lib/kafka/orders-0/00000000000000000000.log --deep-iteration
 
     Example: kcli dump-log file:///shared/objects/wal/ --coordinator postgresql://kcli@db:5432/kcli
     """
-    from kcli.dumplog import DumpOptions, dump_file
+    from kcli.dumplog import DumpOptions
     from kcli.dumplog.dump import default_jobs
     from kcli.dumplog.annotate import MetadataSourceError, open_metadata_source
     from kcli.dumplog.decoders import DECODERS
-    from kcli.dumplog.detect import detect_listed
-    from kcli.dumplog.sources import SourceError, expand
+    from kcli.dumplog.sources import expand
 
     opts = options(ctx)
     if opts.output is OutputFormat.yaml:
@@ -119,37 +119,11 @@ def dump_log(
         if close_lookup is not None:
             close_lookup()
         raise SystemExit(code)
-    failed = False
-    reports: list[str] = []
+    from kcli.dumplog.listed import ListedRun, dump_listed
+
+    run = ListedRun()
     try:
-        for item in inputs:
-            if isinstance(item, SourceError):
-                _stderr(f"kcli: error: {item}")
-                failed = True
-                continue
-            try:
-                source = item.open()
-            except SourceError as err:
-                _stderr(f"kcli: error: {err}")
-                failed = True
-                continue
-            try:
-                try:
-                    detection, skip = detect_listed(source, item.explicit)
-                except SourceError as err:
-                    _stderr(f"kcli: error: {err}")
-                    failed = True
-                    continue
-                if skip:
-                    continue
-                result = dump_file(source, dump_opts, emit=emit, detection=detection)
-            finally:
-                source.close()
-            sys.stdout.flush()
-            for message in result.errors:
-                _stderr(f"kcli: error: {message}")
-            reports.extend(result.reports)
-            failed = failed or result.invalid
+        run = dump_listed(inputs, dump_opts, emit, lambda message: _stderr(f"kcli: error: {message}"))
     except BrokenPipeError:
         _quiet_broken_pipe()
     finally:
@@ -159,11 +133,11 @@ def dump_log(
         sys.stdout.flush()
     except BrokenPipeError:
         _quiet_broken_pipe()
-    for block in reports:
+    for block in run.reports:
         _stderr(block)
     # SystemExit, not typer.Exit: app.main runs click with standalone_mode=False, which turns
     # typer.Exit into a return value that main() drops.
-    raise SystemExit(1 if failed else 0)
+    raise SystemExit(1 if run.failed else 0)
 
 
 def local_path(arg: str) -> str:
@@ -184,12 +158,10 @@ def _stderr(text: str) -> None:
 
 
 def _quiet_broken_pipe() -> None:
-    """The reader went away (``| head``): stop without a traceback, as Unix tools do."""
-    import os
+    """The reader went away (``| head``): stop quietly with 141, as cat does (killed by SIGPIPE)."""
+    from kcli.cli.common import stdout_closed
 
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    raise SystemExit(1)
+    stdout_closed()
 
 
 def register(app: typer.Typer) -> None:

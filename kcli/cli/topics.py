@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import List, Optional
 
 import typer
@@ -14,6 +15,13 @@ from kcli.ops import partitions as shrink_ops
 from kcli.ops import topics as ops
 from kcli.ops.connection import connect
 from kcli.cli.completion_cmd import complete_topic
+
+class DisablePolicy(str, Enum):
+    """--policy of --disable-tiering (KIP-950's remote.log.disable.policy)."""
+
+    retain = "retain"
+    delete = "delete"
+
 
 topics_app = typer.Typer(help="Create, list, describe, alter and delete topics (kafka-topics style).",
                          no_args_is_help=True)
@@ -85,8 +93,16 @@ def list_(
 def describe(
     ctx: typer.Context,
     topic: List[str] = typer.Option([], "--topic", "-t", autocompletion=complete_topic, help="Topic to describe (repeatable; default: all)."),
+    under_replicated: bool = typer.Option(False, "--under-replicated-partitions", help="Only partitions whose ISR is smaller than their replicas."),
+    under_min_isr: bool = typer.Option(False, "--under-min-isr-partitions", help="Only partitions without a leader or with an ISR below min.insync.replicas."),
+    unavailable: bool = typer.Option(False, "--unavailable-partitions", help="Only partitions without a leader or with a replica on a broker that is down."),
 ) -> None:
     """Describe topics as kafka-topics does, plus each topic's kind.
+
+    Leader, Replicas and Isr come from the cluster: a replicated classic
+    partition (docs/replication.md) lists its in-sync replicas. The
+    --under-replicated-partitions, --under-min-isr-partitions and
+    --unavailable-partitions filters keep only the matching partitions.
 
     In a cluster whose brokers have racks, partition lines add LeaderRack
     and ReplicaRacks; Offline names replicas whose broker is down (a classic
@@ -99,10 +115,14 @@ def describe(
     opts = options(ctx)
     with connect(opts) as conn:
         descriptions = ops.describe_topics(conn, topic or None)
+    filtered = under_replicated or under_min_isr or unavailable
+    descriptions = ops.filter_partitions(descriptions, under_replicated=under_replicated,
+                                         under_min_isr=under_min_isr, unavailable=unavailable)
 
     def table() -> None:
         for desc in descriptions:
-            for line in description_lines(desc):
+            # kafka-topics prints only the partition lines when a partition filter is given
+            for line in description_lines(desc)[1 if filtered else 0:]:
                 sys.stdout.write(line + "\n")
 
     render(descriptions, opts.output, table)
@@ -116,7 +136,7 @@ def alter(
     config: List[str] = typer.Option([], "--config", help="Set topic config KEY=VALUE (repeatable)."),
     delete_config: List[str] = typer.Option([], "--delete-config", help="Reset topic config KEY to its default (repeatable)."),
     disable_tiering: bool = typer.Option(False, "--disable-tiering", help="Turn tiered storage off (KIP-950)."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="With --disable-tiering: retain (default) or delete the remote data."),
+    policy: Optional[DisablePolicy] = typer.Option(None, "--policy", help="With --disable-tiering: retain (default) or delete the remote data."),
     enable_tiering: bool = typer.Option(False, "--enable-tiering", help="Turn tiered storage back on (new tiered epoch)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change without changing anything."),
     delete_partitions_delay: Optional[int] = typer.Option(None, "--delete-partitions-delay", min=0, metavar="MS",
@@ -145,7 +165,7 @@ def alter(
             raise UsageError("--disable-tiering/--enable-tiering cannot be combined with --partitions, --config or --delete-config")
         if wait and dry_run:
             raise UsageError("--wait and --dry-run are mutually exclusive (a dry run changes nothing to wait for)")
-        return _alter_tiering(ctx, topic, disable_tiering, enable_tiering, policy, dry_run,
+        return _alter_tiering(ctx, topic, disable_tiering, enable_tiering, policy.value if policy else None, dry_run,
                               (timeout if timeout is not None else WAIT_TIMEOUT_S) if wait else None)
     if wait:
         raise UsageError("--wait goes with --disable-tiering or --enable-tiering")
@@ -199,7 +219,7 @@ def _alter_tiering(ctx: typer.Context, topic: str, disable: bool, enable: bool, 
     with connect(opts) as conn:
         change = (tiering.disable_tiering(conn, topic, policy, dry_run=dry_run) if disable
                   else tiering.enable_tiering(conn, topic, dry_run=dry_run))
-        if wait_s is not None:
+        if wait_s is not None and change.changes:  # nothing to do: nothing to wait for either
             after = tiering.wait_for_state(conn, topic, "DISABLED" if disable else "ENABLED", wait_s)
             change.tiered_state, change.tiered_epoch = after.tiered_state, after.tiered_epoch
 

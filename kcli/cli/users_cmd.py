@@ -21,8 +21,8 @@ _USERS_FILE_HELP = "The broker's sasl.plain.users.file (created on first add, mo
 
 
 def _read(path: Path, missing_ok: bool):  # noqa: ANN202 - UsersFile
-    from kcli.broker.configs import ConfigError
-    from kcli.broker.sasl import UsersFile
+    from kcli.config.definitions import ConfigError
+    from kcli.security.sasl import UsersFile
 
     try:
         return UsersFile.read(path, missing_ok=missing_ok)
@@ -59,8 +59,8 @@ def add(
 
     Example: echo "$PASSWORD" | kcli broker users add alice --users-file /etc/kcli/users --password-stdin
     """
-    from kcli.broker.configs import ConfigError
-    from kcli.broker.sasl import SCHEMES, check_username, hash_password
+    from kcli.config.definitions import ConfigError
+    from kcli.security.sasl import SCHEMES, check_username, hash_password
 
     if scheme not in SCHEMES:
         raise UsageError(f"--scheme must be one of: {', '.join(SCHEMES)}, got {scheme!r}")
@@ -114,7 +114,7 @@ def delete(
 
     Example: kcli broker users delete alice --users-file /etc/kcli/users
     """
-    from kcli.broker.configs import ConfigError
+    from kcli.config.definitions import ConfigError
 
     users = _read(users_file, missing_ok=False)
     if not users.delete(name):

@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.metadata_log import ClusterState
+from kcli.metadata.metadata_log import ClusterState
 from kcli.protocol.errors import BrokerError
 
 TOPIC_RESOURCE = 2
@@ -22,7 +22,7 @@ TOPIC_RESOURCE = 2
 
 def check_conflicts(state: ClusterState, records: list[dict[str, Any]]) -> None:
     """Raise BrokerError if ``records`` do not fit after ``state`` (records already checked
-    with :func:`kcli.broker.metadata_log.check_record`)."""
+    with :func:`kcli.metadata.metadata_log.check_record`)."""
     new_names: set[str] = set()
     new_ids: set[uuid.UUID] = set()
     new_parts: set[tuple[uuid.UUID, int]] = set()
@@ -57,3 +57,41 @@ def check_conflicts(state: ClusterState, records: list[dict[str, Any]]) -> None:
                     raise BrokerError(ErrorCode.invalid_partitions,
                                       f"partition {d['partitionId']} was created by another broker meanwhile")
                 new_parts.add(key)
+            elif kind == "PartitionChangeRecord":
+                _check_partition_change(state, tid, d)
+
+
+def _check_partition_change(state: ClusterState, tid: uuid.UUID, d: dict[str, Any]) -> None:
+    """AlterPartition's fencing, at append time: an ISR or leader change computed from a partition
+    state that is no longer current (another change came first: a new leader, a shrink by the
+    controller) is refused, so a leader cut off or stale cannot commit it. The new ISR must be
+    replicas of the partition and the leader one of them (Kafka's ReplicationControlManager
+    checks, INELIGIBLE_REPLICA / INVALID_REQUEST)."""
+    t = state.topic_by_id(tid)
+    p = t.partitions.get(d["partitionId"]) if t is not None else None
+    if p is None:
+        if not {"leader", "isr", "expectedPartitionEpoch", "expectedLeaderEpoch"} & set(d):
+            return  # a KIP-694 mode change of a partition already gone: applied as a no-op, as before
+        raise BrokerError(ErrorCode.unknown_topic_or_partition, f"partition {d['partitionId']} of topic id {tid} does not exist")
+    if "expectedPartitionEpoch" in d and d["expectedPartitionEpoch"] != p.partition_epoch:
+        raise BrokerError(ErrorCode.fenced_leader_epoch if d.get("expectedLeaderEpoch", p.leader_epoch) != p.leader_epoch
+                          else ErrorCode.invalid_update_version,
+                          f"partition {t.name}-{p.partition} is at partition epoch {p.partition_epoch}, "
+                          f"the change was made from {d['expectedPartitionEpoch']}")
+    if "expectedLeaderEpoch" in d and d["expectedLeaderEpoch"] != p.leader_epoch:
+        raise BrokerError(ErrorCode.fenced_leader_epoch,
+                          f"partition {t.name}-{p.partition} is at leader epoch {p.leader_epoch}, "
+                          f"the change was made from {d['expectedLeaderEpoch']}")
+    replicas = d.get("replicas", p.replicas)  # a reassignment changes them in the same record
+    if "isr" in d and any(r not in replicas for r in d["isr"]):
+        raise BrokerError(ErrorCode.ineligible_replica, f"ISR {d['isr']} of {t.name}-{p.partition} names a broker "
+                          f"that is not one of its replicas {replicas}")
+    if d.get("leader", -1) >= 0 and d["leader"] not in replicas:
+        raise BrokerError(ErrorCode.invalid_request, f"leader {d['leader']} of {t.name}-{p.partition} is not a replica")
+    if "replicas" in d and "isr" not in d and any(r not in replicas for r in p.isr):
+        raise BrokerError(ErrorCode.invalid_replica_assignment, f"replicas {replicas} of {t.name}-{p.partition} leave "
+                          f"out ISR members {p.isr}")
+    for name in ("addingReplicas", "removingReplicas"):
+        if any(r not in replicas for r in d.get(name, [])):
+            raise BrokerError(ErrorCode.invalid_replica_assignment, f"{name} {d[name]} of {t.name}-{p.partition} "
+                              f"are not all in its replicas {replicas}")

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kcli.broker.groups import OffsetStore
-from kcli.broker.transactions import TransactionLog
-from kcli.broker.metadata_log import ClusterState, MetadataLog
+from kcli.coordinator.group.offsets import OffsetStore
+from kcli.coordinator.transaction.state import TransactionLog
+from kcli.metadata.metadata_log import ClusterState, MetadataLog
 from kcli.cluster.state import BrokerRegistration, RecordsListener, endpoints_of
 from kcli.tiered.metadata import RemoteLogMetadataStore
 

@@ -1,5 +1,5 @@
 """Committed consumer-group offsets in the cluster's PostgreSQL database (the cluster's
-:class:`kcli.broker.groups.CommittedOffsetStore`), so that no commit is lost with a broker's disk.
+:class:`kcli.coordinator.group.offsets.CommittedOffsetStore`), so that no commit is lost with a broker's disk.
 
 Tables (migration step 2, :mod:`kcli.cluster.migrations`):
 
@@ -34,13 +34,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from kcli.broker.groups import (
-    COORDINATOR_NOT_AVAILABLE,
-    NOT_COORDINATOR,
-    OffsetAndMetadata,
-    OffsetStoreError,
-    apply_offset_record,
-)
+from kio.schema.errors import ErrorCode
+
+from kcli.coordinator.group.offsets import OffsetAndMetadata, OffsetStoreError, apply_offset_record
 from kcli.cluster.pgconn import check_connection
 
 log = logging.getLogger("kcli.cluster.offsets")
@@ -102,14 +98,14 @@ class PostgresOffsetStore:
 
     def _conn(self) -> Any:
         if self._pool is None:
-            raise OffsetStoreError(f"{self.location} is closed", COORDINATOR_NOT_AVAILABLE)
+            raise OffsetStoreError(f"{self.location} is closed", ErrorCode.coordinator_not_available)
         return self._pool.connection(timeout=self._timeout)
 
     def _unavailable(self, err: BaseException) -> OffsetStoreError:
         if self._db_ok:
             log.error("%s: the database is unavailable: %s", self.location, _reason(err))
         self._db_ok = False
-        return OffsetStoreError(f"the cluster database is unavailable: {_reason(err)}", COORDINATOR_NOT_AVAILABLE)
+        return OffsetStoreError(f"the cluster database is unavailable: {_reason(err)}", ErrorCode.coordinator_not_available)
 
     def _reachable(self) -> None:
         if not self._db_ok:
@@ -125,7 +121,7 @@ class PostgresOffsetStore:
         except DB_ERRORS as err:
             raise self._unavailable(err) from None
         except psycopg.Error as err:  # e.g. a group id PostgreSQL's text cannot hold (NUL)
-            raise OffsetStoreError(f"cannot load group {group_id!r}: {_reason(err)}", COORDINATOR_NOT_AVAILABLE) from None
+            raise OffsetStoreError(f"cannot load group {group_id!r}: {_reason(err)}", ErrorCode.coordinator_not_available) from None
         self._reachable()
         self._claims[group_id] = claim
         offs = {(t, int(p)): OffsetAndMetadata(int(o), int(e), m or "", int(ts)) for t, p, o, e, m, ts in rows}
@@ -253,9 +249,9 @@ class PostgresOffsetStore:
                 elif fut is not None and not fut.done():
                     if result == _FENCED:
                         fut.set_exception(OffsetStoreError("another broker coordinates this group now",
-                                                           NOT_COORDINATOR, fenced=True))
+                                                           ErrorCode.not_coordinator, fenced=True))
                     else:
-                        fut.set_exception(OffsetStoreError(result, COORDINATOR_NOT_AVAILABLE))
+                        fut.set_exception(OffsetStoreError(result, ErrorCode.coordinator_not_available))
                 elif result != _OK:
                     log.warning("%s: a written-behind change was not stored: %s", self.location, result)
 

@@ -1,9 +1,9 @@
 """Transaction coordinator state in the cluster's PostgreSQL database (the cluster's
-transaction store beside :class:`kcli.broker.transactions.TransactionLog`), so that a
+transaction store beside :class:`kcli.coordinator.transaction.coordinator.TransactionLog`), so that a
 transaction survives the death of the broker that coordinated it.
 
 Table ``transactions`` (migration step 4, :mod:`kcli.cluster.migrations`): one row per
-transactional id — its latest :class:`~kcli.broker.transactions.TransactionMetadata` record
+transactional id — its latest :class:`~kcli.coordinator.transaction.coordinator.TransactionMetadata` record
 (NULL while a broker has claimed the id but stored nothing yet), its state, and the ``claim`` of
 the broker that coordinates it now.
 
@@ -28,7 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from kcli.broker.transactions import TransactionFencedError, TransactionMetadata, TransactionStateError
+from kcli.coordinator.transaction.state import TransactionFencedError, TransactionMetadata, TransactionStateError
 from kcli.cluster.pgconn import check_connection
 
 log = logging.getLogger("kcli.cluster.transactions")

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from kcli.broker.metadata_log import (
+from kcli.metadata.metadata_log import (
     ClusterState,
     InvalidRecordError,
     apply_record,

@@ -12,11 +12,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kcli.broker.metadata_log import ClusterState
+from kcli.metadata.metadata_log import ClusterState
 
 if TYPE_CHECKING:
-    from kcli.broker.groups import CommittedOffsetStore
-    from kcli.broker.transactions import TransactionLog
+    from kcli.coordinator.group.offsets import CommittedOffsetStore
+    from kcli.coordinator.transaction.state import TransactionLog
     from kcli.tiered.metadata import RemoteLogMetadata
 
 # Called with records after they were applied to the state, whether this broker appended them or
@@ -134,11 +134,11 @@ class ClusterStateStore(Protocol):
     def offset_store(self, data_dir: Path) -> CommittedOffsetStore:
         """Where the group coordinator keeps committed offsets (not opened yet): the data dir's
         offsets log on one broker, the shared database in a cluster, so that no commit is lost
-        with a broker's disk (:class:`kcli.broker.groups.CommittedOffsetStore`)."""
+        with a broker's disk (:class:`kcli.coordinator.group.offsets.CommittedOffsetStore`)."""
 
     def transaction_store(self, data_dir: Path) -> TransactionLog:
         """Where the transaction coordinator keeps its state (not opened yet): the transaction
-        state log in the data dir on one broker (:class:`kcli.broker.transactions.TransactionLog`),
+        state log in the data dir on one broker (:class:`kcli.coordinator.transaction.coordinator.TransactionLog`),
         the shared database in a cluster (``shared`` true: ids are claimed one by one, so that a
         transaction survives its coordinator's death)."""
 

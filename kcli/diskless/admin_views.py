@@ -13,14 +13,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.protocol.errors import BrokerError
 
 if TYPE_CHECKING:
     from kcli.diskless.engine import DisklessEngine
     from plugins.coordinator.base import BatchInfo, FileInfo, LogInfo, TopicStorageInfo
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 
 
 def kafka_topic_id(topic_id: uuid.UUID) -> str:
@@ -38,17 +38,18 @@ def _require_open(engine: "DisklessEngine") -> None:
         engine._ensure_open()
 
 
-async def describe(engine: "DisklessEngine", topics: list[str] | None) -> dict[str, Any]:
-    """Per diskless topic: offsets, batches and bytes per partition, and object-storage use."""
+async def describe(engine: "DisklessEngine", topics: list[str] | None, *, replicas: bool = False) -> dict[str, Any]:
+    """Per diskless topic: offsets, batches and bytes per partition, and object-storage use;
+    with ``replicas``, also each partition's replicas, ISR and replica caches."""
     b = engine.broker
     if topics:
         chosen = []
         for name in topics:
             t = b.topic(name)
             if t is None:
-                raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise BrokerError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
             if not b.is_diskless(t):
-                raise BrokerError(INVALID_REQUEST, f"topic {name!r} is not a diskless topic")
+                raise BrokerError(ErrorCode.invalid_request, f"topic {name!r} is not a diskless topic")
             chosen.append(t)
     else:
         chosen = sorted((t for t in b.state.topics.values() if b.is_diskless(t)), key=lambda t: t.name)
@@ -60,7 +61,22 @@ async def describe(engine: "DisklessEngine", topics: list[str] | None) -> dict[s
     ids = [t.topic_id for t in chosen]
     logs = await engine._coord(coordinator.describe_logs, ids)
     storage = {s.topic_id: s for s in await engine._coord(coordinator.describe_topic_storage, ids)}
-    return {"topics": describe_topics([(t.name, t.topic_id) for t in chosen], logs, storage)}
+    out = describe_topics([(t.name, t.topic_id) for t in chosen], logs, storage)
+    for t, doc in zip(chosen, out) if replicas else ():
+        add_replica_caches(engine, t, doc)
+    return {"topics": out}
+
+
+def add_replica_caches(engine: "DisklessEngine", t: Any, doc: dict[str, Any]) -> None:
+    """Per partition: replicas, ISR (in sync with the coordinator) and each replica's local cache
+    range as this broker knows it (kcli/diskless/replica_cache.py)."""
+    for p in doc["partitions"]:
+        ps = t.partitions.get(p["partition"])
+        if ps is None:
+            continue
+        p["replicas"] = list(ps.replicas)
+        p["isr"] = engine.isr(t, ps)
+        p["replica_caches"] = engine.cache_ranges(t, ps)
 
 
 def describe_topics(chosen: list[tuple[str, uuid.UUID]], logs: list["LogInfo"],
@@ -119,10 +135,10 @@ async def objects(engine: "DisklessEngine", *, state: str | None = None, topic: 
     if topic:
         t = engine.broker.topic(topic)
         if t is None:
-            raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+            raise BrokerError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
         topic_id = t.topic_id
     if state not in (None, "uploaded", "deleting"):
-        raise BrokerError(INVALID_REQUEST, f"unknown object state {state!r} (uploaded or deleting)")
+        raise BrokerError(ErrorCode.invalid_request, f"unknown object state {state!r} (uploaded or deleting)")
     if not engine.is_open:  # diskless never used on this broker: nothing to show, nothing to open
         return {"storage": None, "objects": []}
     coordinator = engine.coordinator
@@ -182,7 +198,7 @@ async def verify(engine: "DisklessEngine", *, object_keys: list[str] | None = No
         for b in await engine._coord(coordinator.batches_in_file, f.object_key):
             batches_checked += 1
             md = b.metadata
-            where = {"object_key": f.object_key, "byte_offset": md.byte_offset,
+            where = {"object_key": f.object_key, "byte_offset": md.byte_offset, "byte_size": md.byte_size,
                      "partition": f"{md.topic_id_partition.topic}-{md.topic_id_partition.partition}"}
             try:
                 h = read_header(data, md.byte_offset)

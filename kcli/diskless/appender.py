@@ -41,6 +41,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from kio.schema.errors import ErrorCode
+
 from kcli.diskless.chunkstream import ChunkStream
 from kcli.diskless.wal import WalBuilder, commit_batch_requests, new_object_key
 from kcli.protocol.errors import BrokerError
@@ -54,11 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcli.diskless.appender")
 
-CORRUPT_MESSAGE = 2
-REQUEST_TIMED_OUT = 7
-MESSAGE_TOO_LARGE = 10
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -71,35 +68,35 @@ def validate_batches(records: bytes | bytearray | memoryview, max_message_bytes:
     ``marker``: the transaction coordinator's end-transaction marker, the one control batch allowed."""
     total = len(records)
     if total == 0:
-        raise BrokerError(INVALID_RECORD, "the produce request has no record batch")
+        raise BrokerError(ErrorCode.invalid_record, "the produce request has no record batch")
     out: list[tuple[int, int]] = []
     pos = 0
     while pos < total:
         if total - pos < HEADER_SIZE:
-            raise BrokerError(CORRUPT_MESSAGE, f"{total - pos} trailing bytes at position {pos} are not a batch")
+            raise BrokerError(ErrorCode.corrupt_message, f"{total - pos} trailing bytes at position {pos} are not a batch")
         try:
             h = read_header(records, pos)
         except InvalidBatchError as err:
-            raise BrokerError(CORRUPT_MESSAGE, str(err)) from None
+            raise BrokerError(ErrorCode.corrupt_message, str(err)) from None
         size = h.size
         if pos + size > total:
-            raise BrokerError(CORRUPT_MESSAGE, f"batch at position {pos} needs {size} bytes, {total - pos} remain")
+            raise BrokerError(ErrorCode.corrupt_message, f"batch at position {pos} needs {size} bytes, {total - pos} remain")
         if h.base_offset != 0:
-            raise BrokerError(INVALID_RECORD, f"batch base offset must be 0 in a produce request, got {h.base_offset}")
+            raise BrokerError(ErrorCode.invalid_record, f"batch base offset must be 0 in a produce request, got {h.base_offset}")
         if size > max_message_bytes:
-            raise BrokerError(MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds max.message.bytes ({max_message_bytes})")
+            raise BrokerError(ErrorCode.message_too_large, f"batch of {size} bytes exceeds max.message.bytes ({max_message_bytes})")
         if not crc_is_valid(records, h):
-            raise BrokerError(CORRUPT_MESSAGE, f"batch at position {pos} fails its CRC-32C check")
+            raise BrokerError(ErrorCode.corrupt_message, f"batch at position {pos} fails its CRC-32C check")
         if h.records_count <= 0 or h.last_offset_delta < 0 or h.records_count != h.last_offset_delta + 1:
-            raise BrokerError(INVALID_RECORD, f"inconsistent batch: {h.records_count} records, last offset delta {h.last_offset_delta}")
+            raise BrokerError(ErrorCode.invalid_record, f"inconsistent batch: {h.records_count} records, last offset delta {h.last_offset_delta}")
         if h.is_control != marker:
-            raise BrokerError(INVALID_RECORD, "clients may not write control batches" if h.is_control
+            raise BrokerError(ErrorCode.invalid_record, "clients may not write control batches" if h.is_control
                               else "not a transaction marker")
         if marker:
             if not h.is_transactional or h.producer_id < 0:
-                raise BrokerError(INVALID_RECORD, "a transaction marker needs the transactional bit and a producer id")
+                raise BrokerError(ErrorCode.invalid_record, "a transaction marker needs the transactional bit and a producer id")
         elif h.producer_id >= 0 and h.base_sequence < 0:
-            raise BrokerError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
+            raise BrokerError(ErrorCode.invalid_record, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
         out.append((pos, size))
         pos += size
     return out
@@ -117,7 +114,7 @@ def _keyless_records(records: bytes | bytearray | memoryview, spans: list[tuple[
         for pos, size in spans:
             index = check_record_keys(records, pos, size, index, errors, partition)
     except LogError as err:
-        raise BrokerError(CORRUPT_MESSAGE, str(err)) from None
+        raise BrokerError(ErrorCode.corrupt_message, str(err)) from None
     return errors
 
 
@@ -228,13 +225,13 @@ class Appender:
             return fut
         if record_errors:  # Kafka's RecordValidationException: nothing of the request is written
             self.metrics.inc("diskless.append.rejected")
-            response = _error_response(partition, INVALID_RECORD, record_errors[0][1])
+            response = _error_response(partition, ErrorCode.invalid_record, record_errors[0][1])
             response["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]
             fut.set_result(response)
             return fut
         if self._fences and self._fenced(tip, records, spans):
             self.metrics.inc("diskless.append.fenced")
-            fut.set_result(_error_response(partition, KAFKA_STORAGE_ERROR,
+            fut.set_result(_error_response(partition, ErrorCode.kafka_storage_error,
                                            "an earlier batch of this producer failed; retry it first"))
             return fut
         buf = self._buffer
@@ -353,14 +350,14 @@ class Appender:
                 log.warning("upload of WAL object %s (%d bytes) failed: %s", key, size, upload_error,
                             extra={"event": "objectstore.error", "operation": "put", "object_key": key})
                 self._poison()
-                self._fail(buf, KAFKA_STORAGE_ERROR, f"WAL object upload failed: {upload_error}")
+                self._fail(buf, ErrorCode.kafka_storage_error, f"WAL object upload failed: {upload_error}")
                 self.in_flight_keys.discard(key)
                 return
             if seq <= self._poison_through:
                 # Never sent to the coordinator, so deleting it now is safe.
                 self.in_flight_keys.discard(key)
                 self.delete_uncommitted(key)
-                self._fail(buf, KAFKA_STORAGE_ERROR, "an earlier WAL object failed; retry")
+                self._fail(buf, ErrorCode.kafka_storage_error, "an earlier WAL object failed; retry")
                 return
             timestamp_types = buf.timestamp_types
             requests = commit_batch_requests(refs, lambda tip: timestamp_types[id(tip)])
@@ -377,7 +374,7 @@ class Appender:
                 log.warning("commit of WAL object %s failed: %s", key, err,
                             extra={"event": "coordinator.error", "operation": "commit", "object_key": key})
                 self._poison()
-                self._fail(buf, REQUEST_TIMED_OUT, f"WAL object commit failed: {err}")
+                self._fail(buf, ErrorCode.request_timed_out, f"WAL object commit failed: {err}")
                 self.in_flight_keys.discard(key)  # left in storage: the orphan collector removes it
                 return
             self.metrics.inc("diskless.commit.count")
@@ -390,7 +387,7 @@ class Appender:
             if not isinstance(err, asyncio.CancelledError):
                 log.exception("WAL object %s failed unexpectedly", key)
             self._poison()
-            self._fail(buf, KAFKA_STORAGE_ERROR, f"WAL object failed: {err!r}")
+            self._fail(buf, ErrorCode.kafka_storage_error, f"WAL object failed: {err!r}")
             if isinstance(err, asyncio.CancelledError):
                 raise
         finally:

@@ -58,7 +58,7 @@ from kcli.storage.cleaner import (
 )
 
 if TYPE_CHECKING:
-    from kcli.broker.metadata_log import TopicState
+    from kcli.metadata.metadata_log import TopicState
     from kcli.storage.log_config import LogConfig
     from plugins.coordinator.base import AbortedTransaction, BatchInfo, TopicIdPartition
 

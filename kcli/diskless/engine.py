@@ -28,14 +28,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
-from kcli.diskless.appender import KAFKA_STORAGE_ERROR, Appender, Committed
+from kcli.diskless.appender import Appender, Committed
 from kcli.diskless.cleaner import FileCleaner
 from kcli.diskless.compaction import DisklessLogCleaner
 from kcli.cluster.placement import diskless_leader
 from kcli.diskless.rack import client_rack
-from kcli.diskless.reader import DisklessReadResult, Reader
+from kcli.diskless.reader import CorruptBatch, DisklessReadResult, Reader
 from kcli.diskless.storage_setup import (
     check_plugin_classes,
     open_coordinator,
@@ -44,18 +46,16 @@ from kcli.diskless.storage_setup import (
     storage_configured,
 )
 from kcli.protocol.errors import BrokerError
-from kcli.storage.errors import INVALID_REQUEST, LogError, OffsetOutOfRange
+from kcli.storage.errors import LogError, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
-    from kcli.broker.metadata_log import PartitionState, TopicState
+    from kcli.metadata.metadata_log import PartitionState, TopicState
     from plugins.coordinator.base import BatchCoordinator, BatchInfo, TopicIdPartition
     from plugins.objectstore.base import ObjectStorage
 
 log = logging.getLogger("kcli.diskless")
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
 MARKER_DIR = "diskless"  # exists once diskless was used in this data dir: open at start
 
 
@@ -78,6 +78,7 @@ class DisklessEngine(BrokerExtension):
         self.reader: Reader | None = None
         self.cleaner: FileCleaner | None = None
         self.log_cleaner = DisklessLogCleaner(self)
+        self.replica_cache: Any = None  # kcli/diskless/replica_cache.py: local segments of this broker's replicas
         self.io_pool: ThreadPoolExecutor | None = None
         self.coordinator_pool: ThreadPoolExecutor | None = None
         self._tips: dict[tuple[uuid.UUID, int], "TopicIdPartition"] = {}
@@ -143,6 +144,10 @@ class DisklessEngine(BrokerExtension):
             on_committed=self._on_committed, delete_uncommitted=self._delete_uncommitted,
         )
         self.reader = Reader(storage=storage, io_pool=self.io_pool, metrics=self.metrics, cache_bytes=self.cache_bytes)
+        if b.config.get_bool("diskless.replica.cache.enable"):
+            from kcli.diskless.replica_cache import ReplicaCache
+
+            self.replica_cache = ReplicaCache(self)
         self.cleaner = FileCleaner(
             storage=storage, coordinator=coordinator, io_pool=self.io_pool,
             coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
@@ -191,7 +196,7 @@ class DisklessEngine(BrokerExtension):
         except BrokerError:
             raise
         except Exception as err:
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"diskless storage is unavailable: {err}") from None
+            raise BrokerError(ErrorCode.kafka_storage_error, f"diskless storage is unavailable: {err}") from None
 
     def check_writable(self) -> None:
         """Called before the metadata records of a diskless CreateTopics/CreatePartitions are
@@ -205,7 +210,7 @@ class DisklessEngine(BrokerExtension):
             return
         if self._probe is None or self._probe.done():
             self._probe = self._background(self.io_pool, self.storage.probe, what="re-probing the object store")
-        raise BrokerError(KAFKA_STORAGE_ERROR,
+        raise BrokerError(ErrorCode.kafka_storage_error,
                           f"object store {self.storage.describe()} cannot be written ({failure}); retry later")
 
     def _start_loops(self) -> None:
@@ -221,6 +226,8 @@ class DisklessEngine(BrokerExtension):
         self._loops.append(loop.create_task(self._retention_forever(), name="diskless-retention"))
         if self.log_cleaner.enabled:
             self._loops.append(loop.create_task(self.log_cleaner.run_forever(), name="diskless-log-cleaner"))
+        if self.replica_cache is not None:
+            self.replica_cache.start(loop)
 
     async def close(self) -> None:
         if self.coordinator is None:
@@ -231,6 +238,8 @@ class DisklessEngine(BrokerExtension):
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops.clear()
+        if self.replica_cache is not None:
+            await self.replica_cache.close()
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=30)
         for pool in (self.io_pool, self.coordinator_pool):
@@ -275,7 +284,7 @@ class DisklessEngine(BrokerExtension):
 
     @staticmethod
     def _live_partitions(t: "TopicState") -> set[int]:
-        from kcli.broker.metadata_log import MODE_NONE
+        from kcli.metadata.metadata_log import MODE_NONE
 
         return {p for p, st in t.partitions.items() if st.mode != MODE_NONE}
 
@@ -350,6 +359,8 @@ class DisklessEngine(BrokerExtension):
             o[0] = max(o[0], hwm)
             o[1] = max(o[1], lso)
             notify(tip.topic, tip.partition)
+        if self.replica_cache is not None:
+            self.replica_cache.wake()
         # other brokers of a cluster serve these partitions too: their fetches at the log end wake
         self.broker.metadata.publish_offsets([(tip.topic_id, tip.partition, hwm, lso)
                                               for tip, (hwm, lso) in c.partitions.items()])
@@ -365,6 +376,8 @@ class DisklessEngine(BrokerExtension):
                 t = self.broker.state.topic_by_id(tid)
                 if t is not None:
                     self.broker.notifier.notify(t.name, partition)
+                if self.replica_cache is not None:
+                    self.replica_cache.wake()
 
     def _on_objects_deleted(self, keys: list[str]) -> None:
         if self.reader is not None:
@@ -396,7 +409,7 @@ class DisklessEngine(BrokerExtension):
             self.coordinator.create_topic_and_partitions(
                 [CreateTopicAndPartitionsRequest(t.topic_id, t.name, max(partitions) + 1)])
         except Exception as err:
-            raise BrokerError(KAFKA_STORAGE_ERROR, f"cannot create diskless partitions of {t.name}: {err}") from None
+            raise BrokerError(ErrorCode.kafka_storage_error, f"cannot create diskless partitions of {t.name}: {err}") from None
         for p in partitions:
             self._offsets.setdefault((t.topic_id, p), [0, 0])
 
@@ -436,6 +449,8 @@ class DisklessEngine(BrokerExtension):
 
     def config_changed(self, topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
         self._settings.pop(topic.topic_id, None)
+        if self.replica_cache is not None:
+            self.replica_cache.config_changed(topic)
 
     def topic_state(self, topic: "TopicState") -> dict[str, str]:
         """The dirty ratio of a compacted diskless topic's partitions (as the classic log cleaner
@@ -496,7 +511,7 @@ class DisklessEngine(BrokerExtension):
         tip = self.tip(t, partition)
         producers = await self._coord(self.coordinator.describe_producers, tip)
         if producers is None:
-            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"diskless partition {tip} is unknown")
+            raise LogError(ErrorCode.unknown_topic_or_partition, f"diskless partition {tip} is unknown")
         return producers
 
     def offsets(self, t: "TopicState", partition: int) -> tuple[int, int]:
@@ -511,18 +526,24 @@ class DisklessEngine(BrokerExtension):
 
         self._ensure_open()
         assert self.coordinator is not None and self.reader is not None
+        self.metrics.inc("diskless.fetch.partition.reads")  # every source: log end, local cache, object store
         o = self._offsets.get((t.topic_id, partition))
         if o is not None and offset == o[0] and offset >= o[1] and not read_committed:
             # At the log end: nothing to look up. (A read_committed fetch always asks: an open
             # transaction may keep the last stable offset below the high watermark.)
             return DisklessReadResult(b"", o[0], o[1], offset)
+        if self.replica_cache is not None:  # seed 004 "Consume path": local segments when they hold it
+            cached = await self.replica_cache.read(t, partition, offset, max_bytes, min_one=min_one,
+                                                   read_committed=read_committed)
+            if cached is not None:
+                return cached
         started = time.monotonic()
         tip = self.tip(t, partition)
         limit = max(0, max_bytes)
         resp = (await self._coord(self.coordinator.find_batches,
                                   [FindBatchRequest(tip, offset, limit, read_committed)], limit))[0]
         self.metrics.observe("diskless.find.latency_ms", (time.monotonic() - started) * 1000)  # the coordinator's part
-        if resp.errors == OFFSET_OUT_OF_RANGE:
+        if resp.errors == ErrorCode.offset_out_of_range:
             raise OffsetOutOfRange(offset, log_start_offset=resp.log_start_offset,
                                    local_log_start_offset=resp.log_start_offset,
                                    log_end_offset=resp.high_watermark)
@@ -538,7 +559,13 @@ class DisklessEngine(BrokerExtension):
             return DisklessReadResult(b"", resp.high_watermark, resp.log_start_offset, offset, resp.last_stable_offset)
         self.reader.track_fetch()
         p = t.partitions.get(partition)
-        data = await self.reader.assemble(batches, p.leader_epoch if p is not None else 0)
+        try:
+            data = await self.reader.assemble(batches, p.leader_epoch if p is not None else 0)
+        except CorruptBatch as err:
+            if not err.served:  # the read starts at the damaged batch: CORRUPT_MESSAGE
+                raise
+            # Serve the intact batches before it; the next fetch, from the damaged batch, reports it.
+            data, batches = err.intact, batches[: err.served]
         self.metrics.inc("diskless.read.bytes", len(data))
         self.metrics.observe("diskless.read.latency_ms", (time.monotonic() - started) * 1000)
         return DisklessReadResult(data, resp.high_watermark, resp.log_start_offset, batches[-1].metadata.last_offset + 1,
@@ -554,7 +581,7 @@ class DisklessEngine(BrokerExtension):
         assert self.coordinator is not None
         hwm, lso = self.offsets(t, partition)
         if hwm < 0:
-            raise LogError(UNKNOWN_TOPIC_OR_PARTITION, f"diskless partition {t.name}-{partition} is unknown")
+            raise LogError(ErrorCode.unknown_topic_or_partition, f"diskless partition {t.name}-{partition} is unknown")
         if timestamp == -1:
             return hwm, -1
         if timestamp in (-2, -4):
@@ -562,7 +589,7 @@ class DisklessEngine(BrokerExtension):
         if timestamp == -5:
             return -1, -1
         if timestamp < 0 and timestamp != -3:
-            raise LogError(INVALID_REQUEST, f"unsupported ListOffsets timestamp {timestamp}")
+            raise LogError(ErrorCode.invalid_request, f"unsupported ListOffsets timestamp {timestamp}")
         tip = self.tip(t, partition)
         resp = (await self._coord(self.coordinator.list_offsets, [ListOffsetsRequest(tip, timestamp)]))[0]
         if resp.errors != 0:
@@ -597,9 +624,9 @@ class DisklessEngine(BrokerExtension):
         self._ensure_open()
         assert self.coordinator is not None
         resp = (await self._coord(self.coordinator.delete_records, [DeleteRecordsRequest(self.tip(t, partition), offset)]))[0]
-        if resp.errors == OFFSET_OUT_OF_RANGE:
+        if resp.errors == ErrorCode.offset_out_of_range:
             hwm, _ = self.offsets(t, partition)
-            raise BrokerError(OFFSET_OUT_OF_RANGE,
+            raise BrokerError(ErrorCode.offset_out_of_range,
                               f"Cannot increment the log start offset to {offset} of partition {t.name}-{partition}"
                               f" since it is larger than the high watermark {hwm}")
         if resp.errors != 0:
@@ -613,9 +640,31 @@ class DisklessEngine(BrokerExtension):
         return diskless_leader(t.topic_id, p.partition, p.replicas, self.broker.live_brokers(), client_rack(client_id))
 
     def leader_in_rack(self, t: "TopicState", rack: str, p: "PartitionState") -> int:
-        """A live broker of ``rack`` for this partition (Fetch's preferred read replica), or -1."""
+        """A live broker of ``rack`` for this partition (Fetch's preferred read replica), or -1:
+        an in-sync replica there first, else an out-of-sync one (seed 004 "Consume path": not
+        excluded, only deprioritized), else any broker there."""
         in_rack = [b for b in self.broker.live_brokers() if b.rack == rack]
-        return diskless_leader(t.topic_id, p.partition, p.replicas, in_rack, rack) if in_rack else -1
+        if not in_rack:
+            return -1
+        replicas = [r for r in p.replicas if any(b.node_id == r for b in in_rack)]
+        if replicas and self.replica_cache is not None:
+            isr = set(self.isr(t, p))
+            replicas = [r for r in replicas if r in isr] or replicas
+        return diskless_leader(t.topic_id, p.partition, replicas or p.replicas, in_rack, rack)
+
+    def isr(self, t: "TopicState", p: "PartitionState") -> list[int]:
+        """The live replicas in sync with the batch coordinator (seed 004 "Replicas"): their
+        local cache reached its high watermark within replica.lag.time.max.ms. Without the cache
+        (diskless.replica.cache.enable=false) every live replica reads the store and is in sync."""
+        live = {b.node_id for b in self.broker.live_brokers()}
+        replicas = [r for r in p.replicas if r in live]
+        if self.replica_cache is None:
+            return replicas
+        return [r for r in replicas if self.replica_cache.in_sync(t, p, r)]
+
+    def cache_ranges(self, t: "TopicState", p: "PartitionState") -> list[dict[str, Any]]:
+        """Per replica: its local cache range and whether it is in sync (kcli diskless describe)."""
+        return self.replica_cache.ranges(t, p) if self.replica_cache is not None else []
 
     # ==========================================================================================
     # retention
@@ -704,4 +753,5 @@ class DisklessEngine(BrokerExtension):
             "diskless.cache.bytes": self.reader.cache.size,
             "diskless.cache.entries": len(self.reader.cache),
             "diskless.cache.max.bytes": self.reader.cache.max_bytes,
+            **(self.replica_cache.gauges() if self.replica_cache is not None else {}),
         }

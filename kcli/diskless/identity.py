@@ -36,7 +36,7 @@ from kcli.errors import OperationError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from kcli.broker.broker_config import BrokerConfig
+    from kcli.config.broker_config import BrokerConfig
     from plugins.coordinator.base import BatchCoordinator
     from plugins.objectstore.base import ObjectStorage
 

@@ -8,26 +8,42 @@ producer's offsets, so each batch gets its assigned base offset and leader epoch
 its header (outside the CRC) and, for LogAppendTime topics, the timestamp-type bit and
 maxTimestamp — the only rewrite that changes CRC-covered bytes, so the only one that
 recomputes the CRC, and only when the bytes actually differ.
+
+Every batch read from the object store is checked before it is cached or served: its header
+must be the one the coordinator describes (size, record count) and its CRC-32C must hold (Kafka's
+DefaultRecordBatch.isValid). A damaged batch is never served or cached: the batches before it
+are, and a read that starts at it fails with CORRUPT_MESSAGE, as a damaged classic segment does
+(kcli/storage/segment.py); one WARNING per object and byte range, each detection counted in
+``fetch.corrupt.batches{source=diskless}``. Cached batches were checked when they went in (or
+validated by the produce path), so hits cost nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import os
+import struct
 import time
 from collections import OrderedDict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
+from crc32c import crc32c
+
 from kcli.records.batch import (
+    HEADER_SIZE,
     InvalidBatchError,
     read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
-from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError
+from kcli.storage.errors import LogError
 from plugins.objectstore.base import ObjectNotFound
 
 if TYPE_CHECKING:
@@ -44,6 +60,16 @@ GET_RETRY_BACKOFF_S = 0.025
 # retries (S3: socket.timeout.ms x max.attempts): retrying it again would multiply the wait.
 GET_RETRY_BUDGET_S = 2.0
 GET_WARNING_INTERVAL_S = 10.0  # an unreachable store fails every GET: one line per interval, with a count
+CORRUPT_METRIC = "fetch.corrupt.batches{source=diskless}"  # Kafka-style CorruptFetchBatchesPerSec (docs/observability.md)
+DAMAGE_REPORTS_KEPT = 10_000  # damaged (object, range)s already logged: each is logged once, not per fetch
+# baseOffset, batchLength, magic, crc, lastOffsetDelta: what the read check needs of a v2 header
+_CHECK = struct.Struct(">qi4xbI2xi")
+# bench/fetch_crc_bench.py only: "1" turns the read check off so one run can compare on and off.
+# Never set it on a real broker — damaged bytes would then reach consumers.
+UNCHECKED_READS_ENV = "KCLI_BENCH_UNCHECKED_READS"
+# True in the replica cache's task (kcli/diskless/replica_cache.py): its GETs fill local segments,
+# they are not a Fetch request's, so they count as diskless.replica.cache.gets instead.
+FILLING: contextvars.ContextVar[bool] = contextvars.ContextVar("kcli_diskless_cache_fill", default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +82,38 @@ class DisklessReadResult:
     next_offset: int
     last_stable_offset: int = -1  # -1: not looked up (the high watermark stands for it)
     aborted_transactions: list["AbortedTransaction"] = field(default_factory=list)  # read_committed only
+
+
+class CorruptBatch(LogError):
+    """CORRUPT_MESSAGE for a diskless read: a batch read from the object store is damaged.
+    ``intact`` holds the batches before it, assembled (offsets written in), ``served`` their
+    count: a Fetch serves them and stops short of the damage, as the classic log does."""
+
+    def __init__(self, message: str, intact: bytearray, served: int) -> None:
+        super().__init__(ErrorCode.corrupt_message, message)
+        self.intact = intact
+        self.served = served
+
+
+def batch_problem(view: memoryview, pos: int, byte_size: int, last_offset_delta: int) -> str | None:
+    """Why the stored batch at ``pos`` of ``view`` cannot be served, or None when it is whole,
+    the size and record count the coordinator gave, and its CRC-32C holds (Kafka's
+    DefaultRecordBatch.isValid; the CRC covers bytes 21.., the base offset and leader epoch the
+    reader rewrites are outside it). Only the needed header fields are unpacked and the CRC runs
+    over the view: no copy."""
+    if len(view) - pos < HEADER_SIZE:
+        return f"{len(view) - pos} bytes are not a batch header"
+    _base, length, magic, crc, delta = _CHECK.unpack_from(view, pos)
+    if magic != 2 or length < HEADER_SIZE - 12:
+        return f"impossible batch header (magic {magic}, length {length})"
+    if length + 12 != byte_size or delta != last_offset_delta:
+        return (f"header says {length + 12} bytes / {delta + 1} records, "
+                f"coordinator {byte_size} bytes / {last_offset_delta + 1} records")
+    if pos + byte_size > len(view):
+        return f"batch of {byte_size} bytes runs past the {len(view) - pos} bytes read"
+    if crc32c(view[pos + 21 : pos + byte_size]) != crc:
+        return "batch fails its CRC-32C check"
+    return None
 
 
 class RangeCache:
@@ -105,8 +163,8 @@ class RangeCache:
                 self.size -= len(data)
 
 
-def coalesce(batches: list["BatchInfo"]) -> list[tuple[str, int, int]]:
-    """(object key, start, size) ranges covering ``batches``, adjacent ones of an object merged."""
+def coalesce_members(batches: list["BatchInfo"]) -> list[tuple[str, int, int, list["BatchInfo"]]]:
+    """Like :func:`coalesce`, with the batches each range covers."""
     ranges: list[list[Any]] = []
     open_by_key: dict[str, list[Any]] = {}
     for b in batches:
@@ -114,11 +172,17 @@ def coalesce(batches: list["BatchInfo"]) -> list[tuple[str, int, int]]:
         cur = open_by_key.get(b.object_key)
         if cur is not None and cur[1] + cur[2] == start:
             cur[2] += size
+            cur[3].append(b)
             continue
-        cur = [b.object_key, start, size]
+        cur = [b.object_key, start, size, [b]]
         open_by_key[b.object_key] = cur
         ranges.append(cur)
-    return [(k, s, n) for k, s, n in ranges]
+    return [(k, s, n, m) for k, s, n, m in ranges]
+
+
+def coalesce(batches: list["BatchInfo"]) -> list[tuple[str, int, int]]:
+    """(object key, start, size) ranges covering ``batches``, adjacent ones of an object merged."""
+    return [(k, s, n) for k, s, n, _members in coalesce_members(batches)]
 
 
 class Reader:
@@ -133,9 +197,15 @@ class Reader:
         self._get_warned_at = -GET_WARNING_INTERVAL_S  # failed GETs: one WARNING line per interval
         self._gets_failed_quietly = 0
         self._gets_by_task: dict[asyncio.Task[Any], int] = {}
+        self._damage_reported: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        self._check_reads = os.environ.get(UNCHECKED_READS_ENV) != "1"
+        if not self._check_reads:
+            log.warning("%s=1: batches read from the object store are NOT checked (benchmarks only)",
+                        UNCHECKED_READS_ENV)
 
     async def assemble(self, batches: list["BatchInfo"], leader_epoch: int) -> bytearray:
-        """The batches' bytes, in order, with offsets (and LogAppendTime) written in."""
+        """The batches' bytes, in order, with offsets (and LogAppendTime) written in. A damaged
+        batch raises :class:`CorruptBatch` carrying the batches before it."""
         if not batches:
             return bytearray()
         pieces: list[bytes | memoryview | None] = []
@@ -148,35 +218,46 @@ class Reader:
                 missing.append(b)
         if len(missing) < len(batches):
             self.metrics.inc("diskless.cache.hits", len(batches) - len(missing))
+        damaged: dict[tuple[str, int], str] = {}
         if missing:
             self.metrics.inc("diskless.cache.misses", len(missing))
-            ranges = coalesce(missing)
-            datas = await asyncio.gather(*(self._range(k, s, n) for k, s, n in ranges))
-            fetched: dict[tuple[str, int], bytes] = {}
-            for (k, s, _n), data in zip(ranges, datas):
+            ranges = coalesce_members(missing)
+            datas = await asyncio.gather(*(self._range(k, s, n) for k, s, n, _members in ranges))
+            fetched: dict[tuple[str, int], bytes | memoryview] = {}
+            for (k, s, _n, members), data in zip(ranges, datas):
                 view = memoryview(data)
-                for b in missing:
+                whole = len(members) == 1 and len(view) == members[0].metadata.byte_size
+                for b in members:
                     md = b.metadata
-                    if b.object_key == k and s <= md.byte_offset and md.byte_offset + md.byte_size <= s + len(view):
-                        piece = bytes(view[md.byte_offset - s : md.byte_offset - s + md.byte_size])
-                        fetched[(k, md.byte_offset)] = piece
-                        cache.put(k, md.byte_offset, piece)
-            pieces = [p if p is not None else fetched[(b.object_key, b.metadata.byte_offset)]
+                    lo = md.byte_offset - s
+                    # Checked once per GET, before the cache: a damaged batch is never cached.
+                    problem = (batch_problem(view, lo, md.byte_size, md.last_offset - md.base_offset)
+                               if self._check_reads else None)
+                    if problem is not None:
+                        damaged[(k, md.byte_offset)] = problem
+                        continue
+                    # A copy only for the cache (it must not pin the whole range); without one, a view.
+                    piece = (data if whole else bytes(view[lo : lo + md.byte_size]) if cache.max_bytes
+                             else view[lo : lo + md.byte_size])
+                    fetched[(k, md.byte_offset)] = piece
+                    cache.put(k, md.byte_offset, piece)
+            pieces = [p if p is not None else fetched.get((b.object_key, b.metadata.byte_offset))
                       for p, b in zip(pieces, batches)]
         total = sum(b.metadata.byte_size for b in batches)
         out = bytearray(total)
         pos = 0
-        for b, src in zip(batches, pieces):
+        for i, (b, src) in enumerate(zip(batches, pieces)):
             md = b.metadata
             size = md.byte_size
+            if src is None:  # damaged: serve what precedes it, never the batch itself
+                del out[pos:]
+                raise self._corrupt(b, damaged.get((b.object_key, md.byte_offset), "not read"), out, i)
             out[pos : pos + size] = src  # type: ignore[index]
             try:
-                h = read_header(out, pos)
+                h = read_header(out, pos)  # checked before it was cached: cannot fail
             except InvalidBatchError as err:
-                raise self._corrupt(b, str(err)) from None
-            if h.size != size or h.last_offset_delta != md.last_offset - md.base_offset:
-                raise self._corrupt(b, f"header says {h.size} bytes / {h.last_offset_delta + 1} records, "
-                                       f"coordinator {size} bytes / {md.last_offset - md.base_offset + 1} records")
+                del out[pos:]
+                raise self._corrupt(b, str(err), out, i) from None
             set_base_offset(out, pos, md.base_offset)
             set_partition_leader_epoch(out, pos, leader_epoch)
             if md.timestamp_type == LOG_APPEND_TIME and not (
@@ -186,11 +267,25 @@ class Reader:
             pos += size
         return out
 
-    @staticmethod
-    def _corrupt(b: "BatchInfo", why: str) -> LogError:
+    def _corrupt(self, b: "BatchInfo", why: str, intact: bytearray, served: int) -> CorruptBatch:
+        """The damaged batch ``b``: counted every time it is read, logged once per object and range."""
         md = b.metadata
-        return LogError(KAFKA_STORAGE_ERROR,
-                        f"batch {md.base_offset}..{md.last_offset} at byte {md.byte_offset} of {b.object_key}: {why}")
+        tp = md.topic_id_partition
+        where = f"WAL object {b.object_key} bytes {md.byte_offset}-{md.byte_offset + md.byte_size - 1}"
+        message = (f"{where} ({md.byte_size} bytes, batch {md.base_offset}..{md.last_offset} of "
+                   f"{tp.topic}-{tp.partition}): {why}")
+        # the replica cache's fill counts its own (it retries with back-off; no Fetch got the error)
+        self.metrics.inc("diskless.replica.cache.corrupt.batches" if FILLING.get() else CORRUPT_METRIC)
+        ident = (b.object_key, md.byte_offset, md.byte_size)
+        if ident not in self._damage_reported:
+            self._damage_reported[ident] = None
+            while len(self._damage_reported) > DAMAGE_REPORTS_KEPT:
+                self._damage_reported.popitem(last=False)
+            log.warning("fetch: %s; answering CORRUPT_MESSAGE, the object is left in place "
+                        "(`kcli diskless verify -k %s` lists its damage)", message, b.object_key,
+                        extra={"event": "diskless.corrupt_batch", "object_key": b.object_key,
+                               "byte_offset": md.byte_offset, "byte_size": md.byte_size})
+        return CorruptBatch(message, intact, served)
 
     async def _range(self, key: str, start: int, size: int) -> bytes:
         """One ranged GET; concurrent readers of the same range share it."""
@@ -222,12 +317,12 @@ class Reader:
                     await asyncio.sleep(GET_RETRY_BACKOFF_S * attempt)
         except asyncio.CancelledError:
             # Readers sharing this GET must not hang: they get a retriable storage error.
-            fut.set_exception(LogError(KAFKA_STORAGE_ERROR, f"read of WAL object {key} was cancelled"))
+            fut.set_exception(LogError(ErrorCode.kafka_storage_error, f"read of WAL object {key} was cancelled"))
             fut.exception()
             raise
         except Exception as err:  # noqa: BLE001 - any backend failure
             self.metrics.inc("diskless.get.errors")
-            error = LogError(KAFKA_STORAGE_ERROR, f"cannot read {size} bytes at {start} of WAL object {key}: {err}")
+            error = LogError(ErrorCode.kafka_storage_error, f"cannot read {size} bytes at {start} of WAL object {key}: {err}")
             self._warn_get_failed(error)
             fut.set_exception(error)
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waits
@@ -259,6 +354,9 @@ class Reader:
 
     def _count_get(self) -> None:
         """GETs per Fetch request: tally per request task, observed when the task ends."""
+        if FILLING.get():
+            self.metrics.inc("diskless.replica.cache.gets")
+            return
         self.track_fetch()
         task = asyncio.current_task()
         if task is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from plugins.loader import load_class
 
 if TYPE_CHECKING:
-    from kcli.broker.broker_config import BrokerConfig
+    from kcli.config.broker_config import BrokerConfig
     from plugins.coordinator.base import BatchCoordinator
     from plugins.objectstore.base import ObjectStorage
 

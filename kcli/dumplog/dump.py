@@ -3,7 +3,8 @@
 No globals, no printing: text goes to ``emit`` (streaming, for the CLI) or into the returned
 FileResult (for a Spark/process-pool map over many objects). Stderr material is returned as
 ``errors`` (one-line problems; each makes the file invalid) and ``reports`` (Kafka's end-of-run
-blocks such as "Mismatches in :FILE").
+blocks such as "Mismatches in :FILE", and Kafka's "Ignoring unknown file FILE", which is not a
+failure).
 
 With deep iteration, big local log/WAL files are cut at batch boundaries and the ranges dumped
 by worker processes (``DumpOptions.jobs``); output order and content are the same as a serial run.
@@ -170,7 +171,8 @@ def dump_file(
         elif detection.kind is Kind.KCLI_LOG:
             _dump_kcli_log(source, options, out, result)
         else:
-            result.errors.append(f"Ignoring unknown file {source.name}")
+            # Kafka's DumpLogSegments says so on stderr and goes on: not a failure (exit 0)
+            result.reports.append(f"Ignoring unknown file {source.name}")
     except UnsupportedWalVersion as err:
         result.kind = header["kind"] = Kind.WAL.value  # header is still buffered: not yet sent
         header["walVersion"] = err.version

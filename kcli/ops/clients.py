@@ -29,6 +29,12 @@ LOST_BROKER_CLOSE_S = 3.0  # how long a consumer whose broker process ended wait
 STOP_FLUSH_S = 10.0
 # --timeout-ms does not run while a consumer group is still forming, up to this long.
 GROUP_JOIN_GRACE_S = 45.0
+# produce --timeout's default: how long a record may wait for its acknowledgement (librdkafka's
+# message.timeout.ms, Kafka's delivery.timeout.ms). librdkafka's own default is 300 s, which
+# leaves a CLI silent for five minutes when a partition's broker is down; 30 s is what
+# kafka-console-producer's request timeouts add up to and what kcli's other requests wait.
+PRODUCE_TIMEOUT_S = 30.0
+_DELIVERY_TIMEOUT_PROPS = ("message.timeout.ms", "delivery.timeout.ms")
 
 
 # --- produce -------------------------------------------------------------------------------
@@ -44,6 +50,8 @@ class ProduceRequest:
     properties: dict[str, str] = field(default_factory=dict)  # extra producer properties
     headers: list[tuple[str, bytes]] = field(default_factory=list)  # added to every record (kcat -H)
     timestamp_ms: int | None = None  # every record's CreateTime; None: the producer's clock
+    timeout_s: float | None = None  # per record, until acknowledged; None: PRODUCE_TIMEOUT_S unless
+    # a --property sets message.timeout.ms / delivery.timeout.ms
 
 
 @dataclass
@@ -73,6 +81,44 @@ def split_key(line: bytes, separator: bytes | None, line_no: int) -> tuple[bytes
     if not sep:
         raise UsageError(f"line {line_no}: no key separator {separator.decode(errors='replace')!r} found")
     return key, value
+
+
+def offline_partitions(client: Any, topic: str, partitions: Iterable[int] | None = None,
+                       timeout_s: float = 5.0) -> dict[int, list[int]]:
+    """Partitions of ``topic`` (of ``partitions``, default all) that have no leader, each with
+    its replicas: a classic partition whose broker is down (Metadata answers LEADER_NOT_AVAILABLE
+    and leader -1). Empty when the cluster cannot be asked right now."""
+    wanted = None if partitions is None else set(partitions)
+    try:
+        md = client.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException:
+        return {}
+    return _leaderless(md.topics.get(topic), wanted)
+
+
+def _leaderless(meta: Any, wanted: set[int] | None = None) -> dict[int, list[int]]:
+    if meta is None or meta.error is not None and meta.error.code() != KafkaError.LEADER_NOT_AVAILABLE:
+        return {}
+    out: dict[int, list[int]] = {}
+    for p, pm in meta.partitions.items():
+        if wanted is not None and p not in wanted:
+            continue
+        if pm.leader < 0 or (pm.error is not None and pm.error.code() == KafkaError.LEADER_NOT_AVAILABLE):
+            out[p] = list(pm.replicas)
+    return out
+
+
+def offline_text(topic: str, offline: dict[int, list[int]]) -> str:
+    """``topic 'T' partition 1 is offline (no leader: its broker 3 is down)``."""
+    parts = sorted(offline)
+    brokers = sorted({r for replicas in offline.values() for r in replicas})
+    many = len(parts) > 1
+    where = ""
+    if brokers:
+        where = (f": their brokers {', '.join(map(str, brokers))} are down" if len(brokers) > 1
+                 else f": {'their' if many else 'its'} broker {brokers[0]} is down")
+    return (f"topic '{topic}' partition{'s' if many else ''} {', '.join(map(str, parts))} "
+            f"{'are' if many else 'is'} offline (no leader{where})")
 
 
 def _metadata_partitions(client: Any, topic: str, timeout_s: float,
@@ -121,7 +167,15 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
         raise UsageError(f"--timestamp must be >= 0 (ms since the epoch), got {req.timestamp_ms}")
     if any(not name for name, _ in req.headers):
         raise UsageError("--header expects NAME=VALUE with a non-empty NAME")
+    own_timeout = [k for k in _DELIVERY_TIMEOUT_PROPS if k in req.properties]
+    if req.timeout_s is not None and own_timeout:
+        raise UsageError(f"--timeout and --property {own_timeout[0]} set the same thing: give one")
+    if req.timeout_s is not None and req.timeout_s <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {req.timeout_s:g}")
     props: dict[str, Any] = {"acks": req.acks, "compression.type": req.compression, "linger.ms": 5}
+    timeout_s = req.timeout_s if req.timeout_s is not None else PRODUCE_TIMEOUT_S
+    if not own_timeout:
+        props["message.timeout.ms"] = max(1, round(timeout_s * 1000))
     props.update(req.properties)
     client = producer(conn, **props)
     count = _metadata_partitions(client, req.topic, conn.timeout_s, stop)
@@ -136,10 +190,13 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
 
     result = ProduceResult(req.topic, 0)
     failures: list[KafkaError] = []
+    failed_partitions: set[int] = set()
 
     def delivered(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             failures.append(err)
+            if msg is not None and msg.partition() is not None and msg.partition() >= 0:
+                failed_partitions.add(msg.partition())
         else:
             result.records += 1
             result.partitions[msg.partition()] = result.partitions.get(msg.partition(), 0) + 1
@@ -194,6 +251,13 @@ def produce(conn: Connection, req: ProduceRequest, lines: Iterable[bytes],
     if failures:
         first = to_kcli_error(failures[0])
         detail = first.message if isinstance(first, KafkaApiError) else str(first)
+        if failures[0].code() == KafkaError._MSG_TIMED_OUT:
+            # say why, when it is a partition without a leader (its broker is down)
+            offline = offline_partitions(client, req.topic, failed_partitions or None)
+            limit = "the --property timeout" if own_timeout else f"{timeout_s:g}s"
+            detail = f"no acknowledgement within {limit}"
+            if offline:
+                detail += f": {offline_text(req.topic, offline)}"
         raise KafkaApiError(kafka_error_name(failures[0]),
                             f"{sent - result.records} of {sent} records not delivered to '{req.topic}': {detail}")
     if stop is not None and stop.is_set():
@@ -312,12 +376,17 @@ def validate_consume(req: ConsumeRequest) -> None:
 
 
 def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[ConsumedRecord], None],
-            stop: threading.Event | None = None) -> ConsumeResult:
+            stop: threading.Event | None = None, warn: Callable[[str], None] | None = None) -> ConsumeResult:
     """Deliver records to ``on_record`` until max-messages, idle timeout or ``stop``.
 
     With a group, offsets are stored only for records handed to ``on_record`` and committed on
     close, so ``--max-messages N`` commits exactly N records. Without a group nothing is
     committed and the throwaway group id never joins (assign() only).
+
+    Offline partitions (no leader: their broker is down) are never silent: when every partition
+    to read is offline, LEADER_NOT_AVAILABLE at once; when some are, ``warn`` hears which, the
+    others are read, and a run that ends by its idle timeout while they are still offline
+    raises LEADER_NOT_AVAILABLE naming them (their records were not read).
     """
     validate_consume(req)
     stop = stop or threading.Event()
@@ -334,25 +403,32 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
     client = consumer(conn, **props)
     count = 0
     stopped_by = "stop"
+    offline: dict[int, list[int]] = {}
     try:
         idle_since = time.monotonic()
         waiting_for_group = group_mode
+        group_assigned: list[int] | None = None  # partitions the group gave us, not yet checked
         if group_mode:
             def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
-                nonlocal idle_since, waiting_for_group
+                nonlocal idle_since, waiting_for_group, group_assigned
                 idle_since = time.monotonic()  # joining a group is not idleness
                 waiting_for_group = False
+                group_assigned = [tp.partition for tp in partitions if tp.topic == req.topic]
                 client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
 
             client.subscribe([req.topic], on_assign=on_assign)
         else:
-            _assign(client, req, conn.timeout_s)
+            offline = _assign(client, req, conn.timeout_s, warn)
             client.errors.fail_on_brokers_down = False  # reached the cluster: ride out outages
             idle_since = time.monotonic()
         watch_at = 0.0
         while not stop.is_set():
             msg = client.poll(_POLL_S)
             client.errors.check()
+            if group_assigned:  # outside the callback: a Metadata request of its own
+                offline = _check_offline(req.topic, offline_partitions(client, req.topic, group_assigned),
+                                         len(group_assigned), warn)
+                group_assigned = None
             if conn.broker_pid is not None and time.monotonic() >= watch_at:
                 watch_at = time.monotonic() + _WATCH_S
                 lost = conn.broker_lost()
@@ -393,6 +469,12 @@ def consume(conn: Connection, req: ConsumeRequest, on_record: Callable[[Consumed
             if req.max_messages is not None and count >= req.max_messages:
                 stopped_by = "max-messages"
                 break
+        if stopped_by == "timeout" and offline:
+            still = offline_partitions(client, req.topic, offline)
+            if still:
+                its = "its" if len(still) == 1 else "their"
+                raise KafkaApiError("LEADER_NOT_AVAILABLE", f"{offline_text(req.topic, still)}: {its} records were "
+                                    f"not read ({count} records read from the other partitions)")
     finally:
         if conn.broker_lost() is None:
             _close(client)  # commits stored offsets in group mode, leaves the group
@@ -412,7 +494,22 @@ def _close(client: Any) -> None:
         pass
 
 
-def _assign(client: Any, req: ConsumeRequest, timeout_s: float) -> None:
+def _check_offline(topic: str, offline: dict[int, list[int]], assigned: int,
+                   warn: Callable[[str], None] | None) -> dict[int, list[int]]:
+    """Every partition to read offline: LEADER_NOT_AVAILABLE; some: ``warn`` names them."""
+    its = "its" if len(offline) == 1 else "their"
+    if offline and len(offline) >= assigned:
+        raise KafkaApiError("LEADER_NOT_AVAILABLE", f"{offline_text(topic, offline)}: nothing can be read until "
+                                                    f"{its} broker is back")
+    if offline and warn is not None:
+        warn(f"{offline_text(topic, offline)}: reading the other partitions; {its} records cannot be read until "
+             f"{its} broker is back")
+    return offline
+
+
+def _assign(client: Any, req: ConsumeRequest, timeout_s: float,
+            warn: Callable[[str], None] | None = None) -> dict[int, list[int]]:
+    """Assign the partitions to read; returns the offline ones among them (see consume)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -434,15 +531,18 @@ def _assign(client: Any, req: ConsumeRequest, timeout_s: float) -> None:
             raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION",
                                 f"topic '{req.topic}' has {len(partitions)} partitions; partition {req.partition} does not exist")
         partitions = [req.partition]
+    offline = _check_offline(req.topic, _leaderless(meta, set(partitions)), len(partitions), warn)
     start = _start_offset(req)
     if req.offset_tail is not None:
         start = OFFSET_TAIL_BASE - req.offset_tail
     assignment = [TopicPartition(req.topic, p, start) for p in partitions]
     if req.offset_timestamp_ms is not None:
-        assignment = _offsets_for_time(client, req, partitions, timeout_s)
+        # an offline partition cannot answer ListOffsets: only the others are read
+        assignment = _offsets_for_time(client, req, [p for p in partitions if p not in offline], timeout_s)
     elif isinstance(req.offset, int):
         _check_in_range(client, req.topic, partitions[0], req.offset, timeout_s)
     client.assign(assignment)
+    return offline
 
 
 def _offsets_for_time(client: Any, req: ConsumeRequest, partitions: list[int], timeout_s: float) -> list[TopicPartition]:

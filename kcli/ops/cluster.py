@@ -2,14 +2,16 @@
 
 Layout of the cluster directory ``D``::
 
-    D/cluster.json         what was started: PostgreSQL (port, url), brokers (node id, rack, port, pid),
-                           object store; read by status/stop, and by start to restart a stopped cluster
+    D/cluster.json         what was started: PostgreSQL (port, url), brokers (node id, rack, port,
+                           metrics port, pid), object store; read by status/stop, and by start to
+                           restart a stopped cluster
     D/postgres/            the PostgreSQL server kcli runs itself (kcli/cluster/pgserver.py)
     D/broker-N/            broker N's data dir; its output in D/broker-N/broker.log
     D/objects/             the shared object store (file:// default)
     D/.cluster.lock        held while start or stop works on D (two at once would race)
 
-A restart reuses the node ids, ports, database and data dirs recorded in cluster.json: a broker
+A restart reuses the node ids, ports (the brokers', their Prometheus endpoints', PostgreSQL's),
+database and data dirs recorded in cluster.json: a broker
 always starts on the data dir it once accepted. A process is only signalled after checking that
 it is the broker of that data dir (its command line names the dir), never on a recorded pid alone:
 pids are reused.
@@ -80,10 +82,21 @@ class BrokerEntry:
     data_dir: str
     log: str
     pid: int | None = None
+    # Port of its Prometheus endpoint (--metrics-listen HOST:PORT), chosen at the first start and
+    # kept; None only for a cluster.json written before kcli recorded one (a restart picks one).
+    metrics_port: int | None = None
 
     @property
     def listener(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def metrics_listener(self) -> str | None:
+        return f"{self.host}:{self.metrics_port}" if self.metrics_port else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        return f"http://{self.metrics_listener}/metrics" if self.metrics_port else None
 
 
 @dataclass
@@ -117,7 +130,7 @@ class ClusterFile:
         return {"version": FORMAT_VERSION, "data_dir": self.data_dir, "bootstrap": self.bootstrap,
                 "postgresql": {**asdict(self.postgresql), "url": self.postgresql.url},
                 "object_store": self.object_store,
-                "brokers": [{**asdict(b), "listener": b.listener} for b in self.brokers],
+                "brokers": [{**asdict(b), "listener": b.listener, "metrics_url": b.metrics_url} for b in self.brokers],
                 "configs": dict(self.configs)}
 
     @classmethod
@@ -130,7 +143,8 @@ class ClusterFile:
                                             str(pg["data_dir"])),
                    object_store=str(data["object_store"]),
                    brokers=[BrokerEntry(int(b["node_id"]), str(b["rack"]), str(b["host"]), int(b["port"]),
-                                        str(b["data_dir"]), str(b["log"]), int(b["pid"]) if b.get("pid") else None)
+                                        str(b["data_dir"]), str(b["log"]), int(b["pid"]) if b.get("pid") else None,
+                                        int(b["metrics_port"]) if b.get("metrics_port") else None)
                             for b in data["brokers"]],
                    configs={str(k): str(v) for k, v in (data.get("configs") or {}).items()})
 
@@ -168,6 +182,7 @@ class BrokerStatus:
     alive: bool
     registered: bool
     log: str
+    metrics_url: str | None  # its Prometheus endpoint (None: not recorded)
 
 
 @dataclass
@@ -225,7 +240,7 @@ def parse_racks(text: str) -> list[str]:
 
 
 # Broker configs the launcher sets itself, per broker or for the whole cluster.
-OWNED_CONFIGS = frozenset({"node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners",
+OWNED_CONFIGS = frozenset({"node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners", "metrics.listen",
                            "listener.security.protocol.map", "log.dir", "log.dirs", "kcli.cluster.url",
                            "diskless.storage.uri", "diskless.coordinator.class.name", "diskless.coordinator.url"})
 
@@ -338,9 +353,11 @@ def _plan(data_dir: Path, req: StartRequest) -> ClusterFile:
     else:
         ports = free_ports(n, HOST)
     pg_port = free_ports(1, HOST, avoid=ports)[0]
+    metrics_ports = free_ports(n, HOST, avoid=[*ports, pg_port])  # kept across restarts, like the others
     object_store = req.object_store or (data_dir / "objects").as_uri()
     brokers = [BrokerEntry(node_id=i, rack=racks[(i - 1) % len(racks)], host=HOST, port=ports[i - 1],
-                           data_dir=str(data_dir / f"broker-{i}"), log=str(data_dir / f"broker-{i}" / "broker.log"))
+                           data_dir=str(data_dir / f"broker-{i}"), log=str(data_dir / f"broker-{i}" / "broker.log"),
+                           metrics_port=metrics_ports[i - 1])
                for i in range(1, n + 1)]
     return ClusterFile(str(data_dir), PostgresEntry(HOST, pg_port, DB_USER, DATABASE, str(data_dir / "postgres" / "pgdata")),
                        object_store, brokers, dict(req.configs or {}))
@@ -375,6 +392,7 @@ def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool,
                 from plugins.objectstore import from_uri
 
                 Path(from_uri(cluster.object_store).root).mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
+        _assign_metrics_ports(cluster, running)
         for b in cluster.brokers:
             if b.node_id in running:
                 b.pid = running[b.node_id]
@@ -399,10 +417,23 @@ def _launch(cluster: ClusterFile, timeout_s: float, say: Progress, fresh: bool,
         raise
 
 
+def _assign_metrics_ports(cluster: ClusterFile, running: dict[int, int]) -> None:
+    """A broker about to start that has no recorded metrics port (a cluster.json written before
+    kcli recorded them) gets a free one, recorded from then on; recorded ones are kept."""
+    missing = [b for b in cluster.brokers if b.metrics_port is None and b.node_id not in running]
+    if missing:
+        taken = [cluster.postgresql.port, *(b.port for b in cluster.brokers),
+                 *(b.metrics_port for b in cluster.brokers if b.metrics_port)]
+        for b, port in zip(missing, free_ports(len(missing), HOST, avoid=taken)):
+            b.metrics_port = port
+
+
 def _spawn_broker(b: BrokerEntry, cluster: ClusterFile) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "kcli", "broker", "start", "--cluster", cluster.postgresql.url,
             "--node-id", str(b.node_id), "--rack", b.rack, "--data-dir", b.data_dir, "--listen", b.listener,
             "--object-store", cluster.object_store, "--config", "diskless.system.enable=true"]
+    if b.metrics_listener:
+        args += ["--metrics-listen", b.metrics_listener]
     for key, value in cluster.configs.items():  # after the default above: a --config may override it
         args += ["--config", f"{key}={value}"]
     return spawn_detached(args, Path(b.log))
@@ -539,7 +570,7 @@ def status(data_dir: Path) -> ClusterStatus:
             listed = metadata_brokers(b.listener)
             registered |= set(listed or {})
     rows = [BrokerStatus(b.node_id, b.rack, b.listener, pids[b.node_id], pids[b.node_id] is not None,
-                         b.node_id in registered, b.log) for b in cluster.brokers]
+                         b.node_id in registered, b.log, b.metrics_url) for b in cluster.brokers]
     return ClusterStatus(cluster.data_dir, pg.url, pg_up, cluster.bootstrap, rows)
 
 

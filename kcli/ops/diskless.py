@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
+from kio.schema.errors import ErrorCode
+
 from kcli.diskless.cleaner import orphan_in_grace, uncommitted_kind
 from kcli.engine.run import ChunkTask
 from kcli.errors import KafkaApiError, OperationError, UsageError
@@ -38,7 +40,6 @@ WAL_PREFIX = "wal/"  # kcli.diskless.wal.DEFAULT_PREFIX + "/": the only prefix v
 DEFAULT_GRACE_MS = 60_000  # broker default of diskless.file.cleaner.retention.period.ms
 ADMIN_TIMEOUT_S = 600.0  # verify/gc run on the broker for as long as the store takes
 STATES = ("uploaded", "deleting")
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 def now_ms() -> int:
@@ -120,10 +121,13 @@ class OnlineDiskless:
                     raise
         raise AssertionError("unreachable")
 
-    def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+    def describe(self, topics: Sequence[str] | None = None, replicas: bool = False) -> dict[str, Any]:
         from kcli.diskless.admin_api import DISKLESS_DESCRIBE_KEY
 
-        return add_totals(self._call(DISKLESS_DESCRIBE_KEY, {"topics": list(topics) if topics else None}))
+        doc: dict[str, Any] = {"topics": list(topics) if topics else None}
+        if replicas:  # ISR and replica caches: only a broker knows them
+            doc["replicas"] = True
+        return add_totals(self._call(DISKLESS_DESCRIBE_KEY, doc))
 
     def objects(self, *, state: str | None = None, topic: str | None = None, object_key: str | None = None,
                 batches: bool = False) -> dict[str, Any]:
@@ -254,8 +258,12 @@ class OfflineDiskless:
 
     # describe / objects
 
-    def describe(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+    def describe(self, topics: Sequence[str] | None = None, replicas: bool = False) -> dict[str, Any]:
         from kcli.diskless.admin_views import describe_topics
+
+        if replicas:
+            raise OperationError("--replicas needs a broker: replica caches and the ISR are known to brokers, "
+                                 "not to the coordinator (drop --coordinator)")
 
         with self._coordinator() as coordinator:
             ids = self._topic_ids(coordinator)
@@ -452,7 +460,7 @@ def _check_same_cluster(storage: "ObjectStorage", coordinator: "BatchCoordinator
 def _known_topic(ids: dict[str, uuid.UUID], name: str) -> uuid.UUID:
     if name not in ids:
         raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist",
-                            UNKNOWN_TOPIC_OR_PARTITION)
+                            ErrorCode.unknown_topic_or_partition)
     return ids[name]
 
 
@@ -520,7 +528,7 @@ def verify_object(storage: "ObjectStorage", item: VerifyItem) -> ObjectVerdict:
                          "problem": f"version byte {data[0] if data else None}, expected {WAL_VERSION}"})
     for byte_offset, byte_size, base_offset, last_offset, partition in item.batches:
         verdict.batches_checked += 1
-        where = {"object_key": key, "byte_offset": byte_offset, "partition": partition}
+        where = {"object_key": key, "byte_offset": byte_offset, "byte_size": byte_size, "partition": partition}
         try:
             h = read_header(data, byte_offset)
         except InvalidBatchError as err:

@@ -265,6 +265,6 @@ def wait_for_state(conn: Connection, topic: str, state: str, timeout_s: float = 
         if status.tiered_state is None and status.dialect != KIP950:
             raise OperationError(f"the cluster does not report the tiered state of topic '{topic}'")
         if time.monotonic() > deadline:
-            raise OperationError(f"topic '{topic}' is still {status.tiered_state} after {timeout_s:.0f}s "
-                                 f"(waiting for {state})")
+            now = status.tiered_state or "without a tiered state (never tiered)"
+            raise OperationError(f"topic '{topic}' is still {now} after {timeout_s:.0f}s (waiting for {state})")
         time.sleep(poll_s)

@@ -8,6 +8,7 @@ Semantics follow kafka-topics.sh (TopicCommand) unless a docstring says otherwis
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 import struct
 import time
@@ -325,6 +326,30 @@ def list_topics(conn: Connection, kind: TopicKind | None = None, exclude_interna
         if kind is not None:
             listings = [lst for lst in listings if lst.kind == kind]
     return listings
+
+
+def filter_partitions(descriptions: list[TopicDescription], *, under_replicated: bool = False,
+                      under_min_isr: bool = False, unavailable: bool = False) -> list[TopicDescription]:
+    """kafka-topics --describe's partition filters (TopicCommand), each keeping a partition that
+    matches any filter given: --under-replicated-partitions (ISR smaller than the replicas),
+    --under-min-isr-partitions (no leader, or ISR below min.insync.replicas),
+    --unavailable-partitions (no leader, or a replica whose broker is down). Topics left with no
+    partition are dropped; no filter keeps everything."""
+    if not (under_replicated or under_min_isr or unavailable):
+        return descriptions
+    out = []
+    for desc in descriptions:
+        try:
+            min_isr = int(desc.all_configs.get("min.insync.replicas") or 1)
+        except ValueError:
+            min_isr = 1
+        keep = [p for p in desc.partitions
+                if (under_replicated and len(p.isr) < len(p.replicas))
+                or (under_min_isr and (p.leader is None or len(p.isr) < min_isr))
+                or (unavailable and (p.leader is None or bool(p.offline_replicas)))]
+        if keep:
+            out.append(dataclasses.replace(desc, partitions=keep))
+    return out
 
 
 def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> list[TopicDescription]:

@@ -2,7 +2,7 @@
 
 As with Kafka's admin client, the password never leaves this process: the client (librdkafka,
 under confluent-kafka's admin API) draws a salt and sends ``SaltedPassword = Hi(password, salt,
-iterations)``; the broker keeps only the keys derived from it (kcli/broker/scram.py). The
+iterations)``; the broker keeps only the keys derived from it (kcli/security/scram.py). The
 credentials are part of the cluster metadata, so every broker of a cluster knows them at once.
 """
 

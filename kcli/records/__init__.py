@@ -1,0 +1,1 @@
+"""Kafka's record batch format (magic 2): batch headers, CRC-32C, control (marker) batches."""

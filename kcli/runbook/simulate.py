@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from kcli.broker.configs import TOPIC_CONFIGS, ConfigError, format_value, normalise_topic_configs
+from kcli.config.definitions import DISKLESS_SYSTEM_DISABLED, TOPIC_CONFIGS, ConfigError, format_value, normalise_topic_configs
 from kcli.errors import KcliError
 from kcli.ops.connection import Connection
 
@@ -175,7 +175,7 @@ def _topic_name(name: str) -> None:
 
 
 def check_configs(model: ClusterModel, configs: dict[str, str | None], topic: TopicModel | None) -> dict[str, str]:
-    """Parse configs with the broker's parser (kcli/broker/configs.py) and apply its cross-config
+    """Parse configs with the broker's parser (kcli/config/definitions.py) and apply its cross-config
     rules; ``topic`` None means creating. Returns the normalised values."""
     try:
         out = normalise_topic_configs(configs)
@@ -184,8 +184,8 @@ def check_configs(model: ClusterModel, configs: dict[str, str | None], topic: To
     if topic is not None and "diskless.enable" in out:
         raise WouldFail(INVALID_CONFIG, "diskless.enable can only be set when a topic is created")
     diskless = out.get("diskless.enable") == "true" if topic is None else topic.diskless
-    if topic is None and diskless and model.flag("diskless.system.enable") is False:
-        raise WouldFail(INVALID_CONFIG, "diskless.enable=true needs diskless.system.enable=true on the broker")
+    if diskless and model.flag("diskless.system.enable") is False:  # creating or altering, as the broker
+        raise WouldFail(INVALID_CONFIG, DISKLESS_SYSTEM_DISABLED)
     if topic is None and diskless and out.get("remote.storage.enable") == "true":
         raise WouldFail(INVALID_CONFIG, "a diskless topic cannot also set remote.storage.enable=true")
     if out.get("remote.storage.enable") == "true":

@@ -47,6 +47,8 @@ from typing import Any, Iterator
 
 from crc32c import crc32c
 
+from kio.schema.errors import ErrorCode
+
 from kcli import faults
 from kcli.fsutil import fsync_dir
 from kcli.records.control import COMMIT, control_type
@@ -59,7 +61,7 @@ from kcli.records.batch import (
     InvalidBatchError,
     read_header,
 )
-from kcli.storage.errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, LogError
+from kcli.storage.errors import LogError
 from kcli.storage.index import INT32_MAX
 from kcli.storage.log import CleanableSegment, CleaningSnapshot, PartitionLog
 from kcli.storage.segment import CLEANED_SUFFIX, LOG_SUFFIX, segment_name
@@ -116,7 +118,7 @@ def write_checkpoints(data_dir: Path, checkpoints: dict[tuple[str, int], int]) -
         fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise LogError(KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
+        raise LogError(ErrorCode.kafka_storage_error, f"cannot write {path}: {exc}") from exc
 
 
 # ==========================================================================================
@@ -224,7 +226,7 @@ def _compress(codec: int, data: bytes) -> bytes:
         return c.lz4_encode(data)
     if codec == 4:
         return c.zstd_encode(data)
-    raise LogError(CORRUPT_MESSAGE, f"unknown compression codec {codec}")
+    raise LogError(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
 
 
 def encode_batch(h: BatchHeader, records: list[Rec], delete_horizon: int | None) -> bytes:
@@ -266,7 +268,7 @@ def decode_records(batch: bytes) -> list[Rec]:
     try:
         return [Rec(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in DefaultRecordBatch(batch)]
     except Exception as exc:  # aiokafka raises its own CorruptRecordException / codec errors
-        raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from exc
+        raise LogError(ErrorCode.corrupt_message, f"cannot decode record batch: {exc}") from exc
 
 
 def iter_batches(seg: CleanableSegment) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -281,11 +283,11 @@ def iter_batches(seg: CleanableSegment) -> Iterator[tuple[BatchHeader, bytes]]:
         try:
             h = read_header(buf, rel)
         except InvalidBatchError as exc:
-            raise LogError(CORRUPT_MESSAGE, f"segment {seg.base_offset} position {pos}: {exc}") from exc
+            raise LogError(ErrorCode.corrupt_message, f"segment {seg.base_offset} position {pos}: {exc}") from exc
         if rel + h.size > len(buf):
             buf, buf_at, rel = os.pread(seg.fd, max(_READ_CHUNK, h.size), pos), pos, 0
             if h.size > len(buf):
-                raise LogError(CORRUPT_MESSAGE, f"segment {seg.base_offset} position {pos}: batch cut short")
+                raise LogError(ErrorCode.corrupt_message, f"segment {seg.base_offset} position {pos}: batch cut short")
         yield h, buf[rel : rel + h.size]
         pos += h.size
 

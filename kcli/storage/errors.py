@@ -6,20 +6,11 @@ prints it as one line (it is an :class:`~kcli.errors.OperationError`).
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from kcli.errors import OperationError
 from kcli.protocol.errors import error_name
 
 # Kafka error codes the storage layer raises (names as in Kafka's Errors enum).
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-RECORD_LIST_TOO_LARGE = 18
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
 
 
 class LogError(OperationError):
@@ -68,7 +59,7 @@ class OffsetOutOfRange(LogError):
         self.local_log_start_offset = local_log_start_offset
         self.log_end_offset = log_end_offset
         super().__init__(
-            OFFSET_OUT_OF_RANGE,
+            ErrorCode.offset_out_of_range,
             message
             or (
                 f"offset {offset} is outside the local log "

@@ -16,7 +16,12 @@ the cut, later segments renamed the same way: recovery never deletes records, an
 cuts below the recovery point (damage there is left in place and reads report it as
 CORRUPT_MESSAGE). Reads CRC-check the batches they return.
 
-The high watermark is the log end offset (one replica). Not thread-safe except that
+The high watermark is the log end offset while the partition has one replica; a replicated
+partition's replica layer (kcli/broker/replica/) sets it with :meth:`set_high_watermark`, and
+reads without an explicit bound stop there. Every batch's partition leader epoch is kept in a
+leader-epoch cache (Kafka's LeaderEpochFileCache), rebuilt from the batch headers that open walks
+anyway, so it needs no checkpoint file; :meth:`end_offset_for_epoch` answers OffsetForLeaderEpoch
+and :meth:`truncate_to` cuts a follower back to its leader. Not thread-safe except that
 :meth:`flush` may run in a worker thread while the owner keeps calling the other methods.
 """
 
@@ -38,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kio.schema.errors import ErrorCode
+
 from kcli import faults
 from kcli.fsutil import fsync_dir
 from kcli.records.batch import (
@@ -50,17 +57,7 @@ from kcli.records.batch import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
-from kcli.storage.errors import (
-    CORRUPT_MESSAGE,
-    INVALID_RECORD,
-    INVALID_REQUEST,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    RECORD_LIST_TOO_LARGE,
-    LogError,
-    OffsetOutOfRange,
-    RecordValidationError,
-)
+from kcli.storage.errors import LogError, OffsetOutOfRange, RecordValidationError
 from kcli.storage.index import INT32_MAX, NO_TIMESTAMP
 from kcli.storage.log_config import LogConfig
 from kcli.storage.producer_state import ProducerStateManager
@@ -85,6 +82,10 @@ log = logging.getLogger(__name__)
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point-offset"
+# A replicated partition's high watermark (Kafka's replication-offset-checkpoint, kept per partition
+# directory so that it goes with the partition); written by the replica manager every
+# replica.high.watermark.checkpoint.interval.ms and at a clean stop
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"  # Kafka's LogLoader.CleanShutdownFile, one per log dir
 
@@ -107,6 +108,9 @@ class AppendOrigin(enum.Enum):
 
     CLIENT = "client"
     COORDINATOR = "coordinator"
+    # A follower copying its leader (Kafka's appendAsFollower): base offsets and leader epochs are
+    # the leader's, kept as they are; producer state is rebuilt without validation.
+    REPLICATION = "replication"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +200,10 @@ class PartitionLog:
         self._recovery_point_segment = -1  # the active segment at that write
         self._reported_damage: set[str] = set()
         self._closed = False
+        # Leader-epoch cache: (epoch, start offset) in increasing order of both
+        self._epochs: list[tuple[int, int]] = []
+        self._hw: int | None = None  # None: the high watermark is the log end (one replica)
+        self._checkpointed_hw: int | None = None  # what HW_CHECKPOINT_FILE holds
 
     # ======================================================================================
     # open / recovery
@@ -224,7 +232,7 @@ class PartitionLog:
         except BaseException as exc:
             plog._close_segments()
             if isinstance(exc, OSError):
-                raise LogError(KAFKA_STORAGE_ERROR, f"cannot open log {directory}: {exc}") from exc
+                raise LogError(ErrorCode.kafka_storage_error, f"cannot open log {directory}: {exc}") from exc
             raise
         return plog
 
@@ -232,6 +240,7 @@ class PartitionLog:
         bases = self._scan_directory()
         persisted_start = _read_checkpoint(self.dir / LOG_START_OFFSET_FILE)
         self._persisted_log_start = persisted_start
+        self._checkpointed_hw = _read_checkpoint(self.dir / HW_CHECKPOINT_FILE)
         recovery_point = _read_checkpoint(self.dir / RECOVERY_POINT_FILE) or 0
         # Kafka recovers from the recovery point after an unclean shutdown and not at all after
         # a clean one; below it batches are fsynced and trusted (finer than Kafka's segments).
@@ -243,7 +252,7 @@ class PartitionLog:
             if self._segments and base < self._segments[-1].next_offset:
                 seg.close()
                 raise LogError(
-                    KAFKA_STORAGE_ERROR,
+                    ErrorCode.kafka_storage_error,
                     f"segment {base} overlaps the previous one ending at {self._segments[-1].next_offset}",
                 )
             is_last = i == len(bases) - 1
@@ -387,7 +396,12 @@ class PartitionLog:
             fsync_dir(self.dir)
             log.info("%s: completed the swap of cleaned segment %d (offsets %d..%d)", self.dir, base, base, end - 1)
 
+    def _note_epoch(self, epoch: int, start: int) -> None:
+        if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1][0]):
+            self._epochs.append((epoch, start))
+
     def _replay_batch(self, h: BatchHeader) -> None:
+        self._note_epoch(h.partition_leader_epoch, h.base_offset)
         if h.producer_id < 0:
             return
         if h.is_control:
@@ -439,14 +453,74 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self._leo
+        return self._leo if self._hw is None else min(self._hw, self._leo)
+
+    def set_high_watermark(self, offset: int | None) -> None:
+        """Set the high watermark of a replicated partition (clamped to the log end); ``None``
+        makes it follow the log end again (one replica)."""
+        with self._lock:
+            self._hw = None if offset is None else max(self._log_start, min(offset, self._leo))
+
+    @property
+    def replicated(self) -> bool:
+        return self._hw is not None
+
+    @property
+    def checkpointed_high_watermark(self) -> int | None:
+        """The high watermark of the last checkpoint (None: never written), for a restarted replica."""
+        return self._checkpointed_hw
+
+    def checkpoint_high_watermark(self) -> bool:
+        """Write the high watermark of a replicated partition to ``replication-offset-checkpoint``
+        (atomically: temp file, fsync, rename) when it moved since the last write."""
+        with self._lock:
+            if self._closed or self._hw is None:
+                return False
+            hw = self.high_watermark
+            if hw == self._checkpointed_hw:
+                return False
+            _write_checkpoint(self.dir / HW_CHECKPOINT_FILE, hw)
+            self._checkpointed_hw = hw
+            return True
 
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, else the high watermark: where a
         read_committed fetch stops."""
         with self._lock:
-            return self._txns.last_stable_offset(self._leo)
+            return min(self._txns.last_stable_offset(self._leo), self.high_watermark)
+
+    # ---- leader epochs (Kafka's LeaderEpochFileCache) --------------------------------------
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1][0] if self._epochs else -1
+
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader's epoch starts at the current log end (Kafka's LeaderEpochFileCache.assign
+        on becoming leader); kept in memory until a batch of the epoch is written."""
+        with self._lock:
+            self._note_epoch(epoch, self._leo)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        return list(self._epochs)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's LeaderEpochFileCache.endOffsetFor: (the largest epoch <= ``epoch``, the start
+        offset of the first epoch above it, or the log end for the latest); (-1, -1) for an
+        undefined or a future epoch."""
+        with self._lock:
+            if epoch < 0 or not self._epochs:
+                return -1, -1
+            if epoch == self._epochs[-1][0]:
+                return epoch, self._leo
+            higher = next(((e, s) for e, s in self._epochs if e > epoch), None)
+            if higher is None:
+                return -1, -1
+            floor = None
+            for e, s in self._epochs:
+                if e <= epoch:
+                    floor = (e, s)
+            return (epoch if floor is None else floor[0]), higher[1]
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping offsets ``start..end-1`` (for read_committed fetches)."""
@@ -505,13 +579,16 @@ class PartitionLog:
             config = self._config
             use_lat = log_append_time or config.log_append_time
             client = origin is AppendOrigin.CLIENT
+            follower = origin is AppendOrigin.REPLICATION
+            if follower:
+                use_lat = False  # the leader's timestamps are kept as they are
             buf = bytearray(records)
             total = len(buf)
             if total == 0:
-                raise LogError(INVALID_RECORD, "the produce request has no record batch")
+                raise LogError(ErrorCode.invalid_record, "the produce request has no record batch")
             if total > config.segment_bytes:
                 raise LogError(
-                    RECORD_LIST_TOO_LARGE,
+                    ErrorCode.record_list_too_large,
                     f"{total} bytes of records exceed segment.bytes ({config.segment_bytes})",
                 )
             max_message = config.max_message_bytes
@@ -521,31 +598,42 @@ class PartitionLog:
             max_ts_all = NO_TIMESTAMP
             check_keys = client and config.compact
             record_errors: list[tuple[int, str]] = []
+            epoch_starts: list[tuple[int, int]] = []
             record_index = 0
             pos = 0
             while pos < total:
                 if total - pos < HEADER_SIZE:
-                    raise LogError(CORRUPT_MESSAGE, f"{total - pos} trailing bytes at position {pos} are not a batch")
+                    raise LogError(ErrorCode.corrupt_message, f"{total - pos} trailing bytes at position {pos} are not a batch")
                 try:
                     h = read_header(buf, pos)
                 except InvalidBatchError as exc:
-                    raise LogError(CORRUPT_MESSAGE, str(exc)) from None
+                    raise LogError(ErrorCode.corrupt_message, str(exc)) from None
                 size = h.size
                 if pos + size > total:
-                    raise LogError(CORRUPT_MESSAGE, f"batch at position {pos} needs {size} bytes, {total - pos} remain")
-                if client and h.base_offset != 0:
-                    raise LogError(INVALID_RECORD, f"batch base offset must be 0 in a produce request, got {h.base_offset}")
+                    raise LogError(ErrorCode.corrupt_message, f"batch at position {pos} needs {size} bytes, {total - pos} remain")
+                if follower:
+                    if h.base_offset < next_offset:
+                        raise LogError(ErrorCode.unknown_server_error,
+                                       f"replicated batch at offset {h.base_offset} is below the log end {next_offset}")
+                    next_offset = h.base_offset
+                elif client and h.base_offset != 0:
+                    raise LogError(ErrorCode.invalid_record, f"batch base offset must be 0 in a produce request, got {h.base_offset}")
                 if size > max_message:
-                    raise LogError(MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds max.message.bytes ({max_message})")
+                    raise LogError(ErrorCode.message_too_large, f"batch of {size} bytes exceeds max.message.bytes ({max_message})")
                 if not crc_is_valid(buf, h):
-                    raise LogError(CORRUPT_MESSAGE, f"batch at position {pos} fails its CRC-32C check")
+                    raise LogError(ErrorCode.corrupt_message, f"batch at position {pos} fails its CRC-32C check")
                 _validate_batch_fields(h, client)
                 if check_keys and not h.is_control:
                     record_index = self._check_keys(buf, pos, size, record_index, record_errors)
                 last_offset = next_offset + h.last_offset_delta
                 max_ts = now_ms if use_lat else h.max_timestamp
-                set_base_offset(buf, pos, next_offset)
-                set_partition_leader_epoch(buf, pos, leader_epoch)
+                if follower:
+                    epoch_starts.append((h.partition_leader_epoch, next_offset))
+                else:
+                    set_base_offset(buf, pos, next_offset)
+                    set_partition_leader_epoch(buf, pos, leader_epoch)
+                    if not epoch_starts:
+                        epoch_starts.append((leader_epoch, next_offset))
                 if use_lat:
                     set_log_append_time(buf, h, now_ms)
                 if h.producer_id >= 0:
@@ -556,7 +644,7 @@ class PartitionLog:
                 next_offset = last_offset + 1
                 pos += size
             if record_errors:
-                raise RecordValidationError(INVALID_RECORD, record_errors)
+                raise RecordValidationError(ErrorCode.invalid_record, record_errors)
 
             update = self._producers.begin(validate=client)
             markers: list[tuple[int, bool, int]] = []
@@ -584,13 +672,19 @@ class PartitionLog:
             self._unflushed[seg.base_offset] = seg
             update.commit()
             base_offset = self._leo
+            # In batch order: a follower's append carries many transactions of one producer (data,
+            # marker, data, marker...), and each marker closes the transaction opened before it
+            marker_at = {offset: (pid, commit) for pid, commit, offset in markers}
             for h, first, _last, _ts in producer_batches:
                 if not h.is_control:
                     self._txns.on_data(h.producer_id, first, h.is_transactional)
-            for pid, commit, offset in markers:
-                aborted = self._txns.on_marker(pid, commit, offset, base_offset)
+                    continue
+                pid, commit = marker_at[first]
+                aborted = self._txns.on_marker(pid, commit, first, first)
                 if aborted is not None:
                     _append_txn_entry(seg.txnindex_path, aborted)
+            for epoch, start in epoch_starts:
+                self._note_epoch(epoch, start)
             self._leo = next_offset
             return AppendResult(base_offset, next_offset - 1, now_ms if use_lat else NO_TIMESTAMP, self._log_start)
 
@@ -627,7 +721,7 @@ class PartitionLog:
         try:
             new = self._add_segment(self._leo, now_ms)
         except OSError as exc:  # Segment logged the path and error
-            raise LogError(KAFKA_STORAGE_ERROR, f"cannot roll {self.dir} to a new segment: {exc}") from exc
+            raise LogError(ErrorCode.kafka_storage_error, f"cannot roll {self.dir} to a new segment: {exc}") from exc
         old.unload_indexes()
         return new
 
@@ -659,27 +753,28 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if max_bytes < 0:
-                raise LogError(INVALID_REQUEST, f"max_bytes must be >= 0, got {max_bytes}")
+                raise LogError(ErrorCode.invalid_request, f"max_bytes must be >= 0, got {max_bytes}")
             leo = self._leo
+            hw = self.high_watermark
             if offset < self.local_log_start_offset or offset > leo:
                 raise self._out_of_range(offset)
-            bound = leo if upper_bound is None else min(upper_bound, leo)
+            bound = hw if upper_bound is None else min(upper_bound, leo)
             if offset < bound:
                 i = bisect_right(self._bases, offset) - 1
                 for seg in self._segments[max(i, 0) :]:
                     try:
                         found = seg.read(offset, max_bytes, min_one_batch, bound)
                     except LogError as exc:
-                        if exc.code == CORRUPT_MESSAGE and exc.message not in self._reported_damage:
+                        if exc.code == ErrorCode.corrupt_message and exc.message not in self._reported_damage:
                             self._reported_damage.add(exc.message)  # once per damaged spot, not per fetch
                             log.warning("fetch at offset %d: %s (left in place)", offset, exc.message)
                         raise
                     if found is not None:
                         data, position, next_offset = found
                         return ReadResult(
-                            data, leo, self._log_start, leo, next_offset, seg.base_offset, position
+                            data, hw, self._log_start, leo, next_offset, seg.base_offset, position
                         )
-            return ReadResult(b"", leo, self._log_start, leo, offset)
+            return ReadResult(b"", hw, self._log_start, leo, offset)
 
     def _out_of_range(self, offset: int) -> OffsetOutOfRange:
         return OffsetOutOfRange(
@@ -708,7 +803,7 @@ class PartitionLog:
             if timestamp_ms == MAX_TIMESTAMP:
                 return self._max_timestamp_offset()
             if timestamp_ms < 0:
-                raise LogError(INVALID_REQUEST, f"unsupported ListOffsets timestamp {timestamp_ms}")
+                raise LogError(ErrorCode.invalid_request, f"unsupported ListOffsets timestamp {timestamp_ms}")
             start = self.local_log_start_offset
             for seg in self._segments:
                 if seg.max_timestamp >= timestamp_ms:
@@ -863,9 +958,14 @@ class PartitionLog:
             except OSError as exc:
                 for c in out:
                     os.close(c.fd)
-                raise LogError(KAFKA_STORAGE_ERROR, f"cannot read {self.dir} for cleaning: {exc}") from exc
+                raise LogError(ErrorCode.kafka_storage_error, f"cannot read {self.dir} for cleaning: {exc}") from exc
             producers = {pid: e.last_offset for pid, e in self._producers.producers().items()}
             unstable = min(self._txns.ongoing.values()) if self._txns.ongoing else None
+            if self._hw is not None and self.high_watermark < self._leo:
+                # Kafka cleans below the last stable offset only, never above the high watermark:
+                # records there may still be truncated, and an older value they replace with them
+                hw = self.high_watermark
+                unstable = hw if unstable is None else min(unstable, hw)
             return CleaningSnapshot(self._log_start, self._active.base_offset, self._leo, out, producers,
                                     unstable, tuple(self._txns.aborted_between(self._log_start, self._leo)))
 
@@ -905,13 +1005,80 @@ class PartitionLog:
                 seg = Segment(self.dir, first, self._config, created_ms=now_ms, create=False)
             except OSError as exc:
                 log.error("%s: swapping in cleaned segment %d failed: %s", self.dir, first, exc)
-                raise LogError(KAFKA_STORAGE_ERROR, f"cannot swap in cleaned segment {final}: {exc}") from exc
+                raise LogError(ErrorCode.kafka_storage_error, f"cannot swap in cleaned segment {final}: {exc}") from exc
             seg.recover(verify_from=_NO_BOUND, end_offset=old[-1].end_offset, now_ms=now_ms, allow_gaps=True)
             seg.on_become_inactive()
             seg.unload_indexes()
             self._segments[i : i + len(old)] = [seg]
             self._bases[i : i + len(old)] = [first]
             return True
+
+    # ======================================================================================
+    # truncation (a follower matching its leader)
+    # ======================================================================================
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or above ``offset`` (a batch that holds ``offset`` goes whole:
+        its follower fetches it again). Producer, transaction and epoch state are rebuilt by
+        reopening the log, as Kafka rebuilds them from its snapshots. Returns the new log end."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return self._leo
+            if offset <= self._log_start:
+                return self._truncate_fully(self._log_start)
+            now = _now_ms()
+            i = max(bisect_right(self._bases, offset) - 1, 0)
+            seg = self._segments[i]
+            found = seg.find_batch(offset)
+            cut_pos = seg.size if found is None else found[0]
+            for later in self._segments[i + 1:]:
+                later.delete_files()
+            self._segments, self._bases = self._segments[:i + 1], self._bases[:i + 1]
+            os.ftruncate(seg.fd, cut_pos)
+            os.fsync(seg.fd)
+            seg.close()
+            for path in (seg.index_path, seg.timeindex_path, seg.txnindex_path):  # rebuilt on open
+                path.unlink(missing_ok=True)
+            new_end = found[1].base_offset if found is not None else offset
+            _write_checkpoint(self.dir / RECOVERY_POINT_FILE, min(self._recovery_point, new_end))
+            fsync_dir(self.dir)
+            self._reopen(now)
+            log.info("%s: truncated to offset %d (log end %d)", self.dir, offset, self._leo)
+            return self._leo
+
+    def truncate_fully_and_start_at(self, offset: int) -> int:
+        """Delete every segment and start an empty log at ``offset`` (a follower whose log does
+        not overlap its leader's, Kafka's truncateFullyAndStartAt)."""
+        with self._lock:
+            self._check_open()
+            return self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> int:
+        for seg in self._segments:
+            seg.delete_files()
+        self._segments, self._bases = [], []
+        _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)
+        _write_checkpoint(self.dir / RECOVERY_POINT_FILE, offset)
+        fsync_dir(self.dir)
+        self._reopen(_now_ms())
+        log.info("%s: truncated fully, the log starts at offset %d", self.dir, offset)
+        return self._leo
+
+    def _reopen(self, now_ms: int) -> None:
+        """Drop the in-memory state and load the directory again (lock held)."""
+        hw = self._hw
+        for seg in self._segments:
+            seg.close()
+        lock = self._lock
+        self.__init__(self.dir, self._config)  # type: ignore[misc]
+        self._lock = lock
+        self._load(now_ms, clean_shutdown=False)
+        if hw is not None:
+            self._hw = max(self._log_start, min(hw, self._leo))
+        if self._checkpointed_hw is not None and self._checkpointed_hw > self._leo:
+            # records above the new end may come back different: a later start must not trust them
+            _write_checkpoint(self.dir / HW_CHECKPOINT_FILE, self._leo)
+            self._checkpointed_hw = self._leo
 
     def _set_log_start(self, offset: int) -> None:
         _write_checkpoint(self.dir / LOG_START_OFFSET_FILE, offset)
@@ -948,7 +1115,7 @@ class PartitionLog:
                     if seg.fd >= 0:
                         self._unflushed.setdefault(seg.base_offset, seg)
                 self._dir_dirty = self._dir_dirty or dir_dirty
-            raise LogError(KAFKA_STORAGE_ERROR, f"fsync of {failing} failed: {exc}") from exc
+            raise LogError(ErrorCode.kafka_storage_error, f"fsync of {failing} failed: {exc}") from exc
         finally:
             for fd in fds:
                 os.close(fd)
@@ -999,7 +1166,7 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogError(KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+            raise LogError(ErrorCode.kafka_storage_error, f"log {self.dir} is closed")
 
     def __enter__(self) -> "PartitionLog":
         return self
@@ -1020,19 +1187,19 @@ class PartitionLog:
 def _validate_batch_fields(h: BatchHeader, client: bool) -> None:
     """Kafka's LogValidator.validateBatch checks that need only the header."""
     if h.records_count <= 0 or h.last_offset_delta < 0:
-        raise LogError(INVALID_RECORD, f"batch reports {h.records_count} records, last offset delta {h.last_offset_delta}")
+        raise LogError(ErrorCode.invalid_record, f"batch reports {h.records_count} records, last offset delta {h.last_offset_delta}")
     if h.records_count != h.last_offset_delta + 1:
         raise LogError(
-            INVALID_RECORD,
+            ErrorCode.invalid_record,
             f"inconsistent batch: {h.records_count} records but last offset delta {h.last_offset_delta}",
         )
     if h.is_control and client:
-        raise LogError(INVALID_RECORD, "clients may not write control batches")
+        raise LogError(ErrorCode.invalid_record, "clients may not write control batches")
     if h.producer_id >= 0:
         if h.base_sequence < 0 and not h.is_control:
-            raise LogError(INVALID_RECORD, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
+            raise LogError(ErrorCode.invalid_record, f"invalid sequence {h.base_sequence} for producer {h.producer_id}")
     elif h.is_transactional:
-        raise LogError(INVALID_RECORD, "transactional batch without a producer id")
+        raise LogError(ErrorCode.invalid_record, "transactional batch without a producer id")
 
 
 def _txn_entry(a: AbortedTxn) -> bytes:
@@ -1087,7 +1254,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        raise LogError(KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
+        raise LogError(ErrorCode.kafka_storage_error, f"cannot write {path}: {exc}") from exc
 
 
 
@@ -1131,12 +1298,12 @@ def read_partition_metadata(directory: Path | str) -> uuid.UUID | None:
         return None
     fields = dict(re.split(r":\s+", line, maxsplit=1) for line in text.splitlines() if ":" in line)
     if fields.get("version") != "0" or "topic_id" not in fields:
-        raise LogError(KAFKA_STORAGE_ERROR, f"malformed {path}")
+        raise LogError(ErrorCode.kafka_storage_error, f"malformed {path}")
     try:
         raw = base64.urlsafe_b64decode(fields["topic_id"] + "==")
         return uuid.UUID(bytes=raw)
     except ValueError as exc:
-        raise LogError(KAFKA_STORAGE_ERROR, f"malformed topic id in {path}") from exc
+        raise LogError(ErrorCode.kafka_storage_error, f"malformed topic id in {path}") from exc
 
 
 def check_record_keys(buf: bytes | bytearray | memoryview, pos: int, size: int, index: int,
@@ -1153,7 +1320,7 @@ def check_record_keys(buf: bytes | bytearray | memoryview, pos: int, size: int, 
                 errors.append((index, message))
             index += 1
     except Exception as exc:  # noqa: BLE001 - aiokafka's CorruptRecordException / codec errors
-        raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from None
+        raise LogError(ErrorCode.corrupt_message, f"cannot decode record batch: {exc}") from None
     return index
 
 

@@ -7,10 +7,11 @@ them.
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from kcli.storage.errors import INVALID_CONFIG, LogError
+from kcli.storage.errors import LogError
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -82,7 +83,7 @@ class LogConfig:
                 text = str(raw).strip()
                 if text not in (CREATE_TIME, LOG_APPEND_TIME):
                     raise LogError(
-                        INVALID_CONFIG,
+                        ErrorCode.invalid_config,
                         f"message.timestamp.type must be {CREATE_TIME} or {LOG_APPEND_TIME}, got {text!r}",
                     )
                 values["message_timestamp_type"] = text
@@ -90,14 +91,14 @@ class LogConfig:
                 try:
                     ratio = float(str(raw).strip())
                 except ValueError:
-                    raise LogError(INVALID_CONFIG, f"min.cleanable.dirty.ratio must be a number, got {raw!r}") from None
+                    raise LogError(ErrorCode.invalid_config, f"min.cleanable.dirty.ratio must be a number, got {raw!r}") from None
                 if not 0.0 <= ratio <= 1.0:
-                    raise LogError(INVALID_CONFIG, f"min.cleanable.dirty.ratio must be in [0, 1], got {ratio}")
+                    raise LogError(ErrorCode.invalid_config, f"min.cleanable.dirty.ratio must be in [0, 1], got {ratio}")
                 values["min_cleanable_dirty_ratio"] = ratio
             elif key == "cleanup.policy":
                 parts = [p.strip() for p in str(raw).split(",") if p.strip()]
                 if not parts or any(p not in ("delete", "compact") for p in parts):
-                    raise LogError(INVALID_CONFIG, f"cleanup.policy must be delete and/or compact, got {raw!r}")
+                    raise LogError(ErrorCode.invalid_config, f"cleanup.policy must be delete and/or compact, got {raw!r}")
                 values["cleanup_policy"] = ",".join(parts)
         return cls(**values)
 
@@ -115,8 +116,8 @@ def _parse_int(key: str, raw: Any, minimum: int, *, int32: bool) -> int:
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise LogError(INVALID_CONFIG, f"{key} must be an integer, got {raw!r}") from None
+        raise LogError(ErrorCode.invalid_config, f"{key} must be an integer, got {raw!r}") from None
     upper = 2**31 - 1 if int32 else 2**63 - 1
     if value < minimum or value > upper:
-        raise LogError(INVALID_CONFIG, f"{key} must be in [{minimum}, {upper}], got {value}")
+        raise LogError(ErrorCode.invalid_config, f"{key} must be in [{minimum}, {upper}], got {value}")
     return value

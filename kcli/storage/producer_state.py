@@ -14,10 +14,11 @@ anything that orders batches per partition.
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from collections import deque
 from dataclasses import dataclass, field
 
-from kcli.storage.errors import INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, LogError
+from kcli.storage.errors import LogError
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
@@ -204,7 +205,7 @@ class ProducerStateUpdate:
     def _check_epoch(entry: ProducerStateEntry, epoch: int) -> None:
         if epoch < entry.producer_epoch:
             raise LogError(
-                INVALID_PRODUCER_EPOCH,
+                ErrorCode.invalid_producer_epoch,
                 f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}",
             )
 
@@ -217,7 +218,7 @@ class ProducerStateUpdate:
             # A bumped epoch restarts sequences at 0 (unless we knew no epoch at all).
             if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 raise LogError(
-                    OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    ErrorCode.out_of_order_sequence_number,
                     f"producer {pid}: new epoch {epoch} must start at sequence 0, got {first_seq}",
                 )
             return
@@ -228,6 +229,6 @@ class ProducerStateUpdate:
         last_seq = entry.last_seq  # NO_SEQUENCE (-1) when the epoch has no batch yet: expect 0
         if not in_sequence(last_seq, first_seq):
             raise LogError(
-                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ErrorCode.out_of_order_sequence_number,
                 f"producer {pid} epoch {epoch}: expected sequence {(last_seq + 1) & INT32_MAX}, got {first_seq}",
             )

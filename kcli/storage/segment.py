@@ -26,6 +26,8 @@ from typing import Callable, Iterator
 
 from crc32c import crc32c
 
+from kio.schema.errors import ErrorCode
+
 from kcli.fsutil import fsync_dir
 from kcli.records.batch import (
     HEADER_SIZE,
@@ -34,7 +36,7 @@ from kcli.records.batch import (
     crc_is_valid,
     read_header,
 )
-from kcli.storage.errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, LogError
+from kcli.storage.errors import LogError
 from kcli.storage.index import (
     INT32_MAX,
     NO_TIMESTAMP,
@@ -311,7 +313,7 @@ class Segment:
             if not self._write_failing:
                 self._write_failing = True
                 log.error("%s: append of %d bytes failed: %s", self.log_path, len(buf), exc)
-            raise LogError(KAFKA_STORAGE_ERROR, f"write to {self.log_path} failed: {exc}") from exc
+            raise LogError(ErrorCode.kafka_storage_error, f"write to {self.log_path} failed: {exc}") from exc
         if self._write_failing:
             self._write_failing = False
             log.info("%s: appends succeed again", self.log_path)
@@ -387,7 +389,7 @@ class Segment:
             try:
                 header = read_header(block, rel)
             except InvalidBatchError as exc:
-                raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {pos}: {exc}") from exc
+                raise LogError(ErrorCode.corrupt_message, f"{self.log_path} position {pos}: {exc}") from exc
             yield pos, header
             pos += header.size
 
@@ -432,7 +434,7 @@ class Segment:
         if self.base_offset <= offset < first.base_offset and not self.has_gaps:
             # Offsets are contiguous within a segment: the batch holding ``offset`` is before
             # ``start`` and its header (base offset, outside the CRC) is damaged.
-            raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: no intact batch holds offset {offset}")
+            raise LogError(ErrorCode.corrupt_message, f"{self.log_path} position {start}: no intact batch holds offset {offset}")
         if first.last_offset >= upper_bound or (first.size > max_bytes and not min_one_batch):
             return b"", start, offset
         end = start + first.size
@@ -456,7 +458,7 @@ class Segment:
         good, good_next, problem = _intact_prefix(data, self.has_gaps)
         if problem is not None:
             if good == 0:
-                raise LogError(CORRUPT_MESSAGE, f"{self.log_path} position {start}: {problem}")
+                raise LogError(ErrorCode.corrupt_message, f"{self.log_path} position {start}: {problem}")
             data, next_offset = data[:good], good_next  # serve what is intact; the next fetch reports the rest
         return data, start, next_offset
 
@@ -523,7 +525,7 @@ def iter_record_timestamps(batch: bytes) -> Iterator[tuple[int, int]]:
         for record in DefaultRecordBatch(batch):
             yield record.offset, record.timestamp
     except Exception as exc:  # aiokafka raises its own CorruptRecordException / codec errors
-        raise LogError(CORRUPT_MESSAGE, f"cannot decode record batch: {exc}") from exc
+        raise LogError(ErrorCode.corrupt_message, f"cannot decode record batch: {exc}") from exc
 
 
 def _parse_or_none(parse: Callable[[bytes], tuple[array, array]], data: bytes) -> tuple[array, array] | None:
@@ -671,7 +673,7 @@ def write_aside(log_path: Path, src_fd: int, start: int, length: int, now_ms: in
             tmp.unlink()
         except OSError:
             pass
-        raise LogError(KAFKA_STORAGE_ERROR, f"cannot move damaged bytes of {log_path} aside: {exc}") from exc
+        raise LogError(ErrorCode.kafka_storage_error, f"cannot move damaged bytes of {log_path} aside: {exc}") from exc
     return target
 
 
@@ -684,6 +686,6 @@ def move_aside(log_path: Path, now_ms: int) -> Path:
         fsync_dir(target.parent)
     except OSError as exc:
         log.error("%s: cannot rename to %s: %s", log_path, target.name, exc)
-        raise LogError(KAFKA_STORAGE_ERROR, f"cannot move {log_path} aside: {exc}") from exc
+        raise LogError(ErrorCode.kafka_storage_error, f"cannot move {log_path} aside: {exc}") from exc
     return target
 

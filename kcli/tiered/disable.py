@@ -29,13 +29,15 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.background import TaskGuard
-from kcli.broker.configs import TOPIC_CONFIGS, format_value
-from kcli.broker.metadata_log import record
+from kcli.config.definitions import TOPIC_CONFIGS, format_value
+from kcli.metadata.metadata_log import record
 from kcli.protocol.errors import TIERED_STORAGE_DISABLEMENT_IN_PROGRESS, BrokerError
 
 if TYPE_CHECKING:
-    from kcli.broker.metadata_log import TopicState
+    from kcli.metadata.metadata_log import TopicState
 
 log = logging.getLogger("kcli.tiered")
 
@@ -51,8 +53,6 @@ COPY_DISABLE = "remote.log.copy.disable"
 TIERING_KEYS = (REMOTE_STORAGE_ENABLE, DISABLE_POLICY, DELETE_ON_DISABLE, COPY_DISABLE)
 POLICIES = ("retain", "delete")
 
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
 
 # Test hook (broker config): hold a disablement in DISABLING this long before its remote work,
 # so tests can observe DISABLING and kill the broker mid-way.
@@ -96,13 +96,31 @@ def check_request(topic: "TopicState", changes: dict[str, str | None]) -> None:
     if DISABLE_POLICY in changes and changes[DISABLE_POLICY] is not None:
         value = str(changes[DISABLE_POLICY]).strip()
         if value not in POLICIES:
-            raise BrokerError(INVALID_REQUEST, f"Invalid value {value} for configuration {DISABLE_POLICY}: "
+            raise BrokerError(ErrorCode.invalid_request, f"Invalid value {value} for configuration {DISABLE_POLICY}: "
                                                f"String must be one of: {', '.join(POLICIES)}")
     touched = [k for k in TIERING_KEYS if k in changes]
     if touched and topic.tiered_state == DISABLING:
         raise BrokerError(TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
                           f"Tiered storage disablement of topic {topic.name} is in progress (tiered epoch "
                           f"{topic.tiered_epoch}); retry once its tiered state is {DISABLED}")
+
+
+def check_without_tiered_system(topic: "TopicState", old: dict[str, str], new: dict[str, str]) -> None:
+    """A broker without the tiered-storage system (remote.log.storage.system.enable=false: no
+    RemoteLogManager) refuses to turn a topic's tiered storage off, with INVALID_CONFIG.
+
+    Nothing there could carry the disablement out (stop copying, retain or delete the remote
+    data, move the topic to DISABLED): accepting it left ``remote.storage.enable=false`` next to
+    ``TieredState: ENABLED`` once the system was back. Kafka refuses turning remote storage on
+    in that case ("Tiered Storage functionality is disabled in the broker") and will not even
+    start with such topics; turning it off is refused here with the same words."""
+    if is_disable(old, new):
+        raise BrokerError(ErrorCode.invalid_config,
+                          f"Tiered Storage functionality is disabled in the broker "
+                          f"(remote.log.storage.system.enable=false): tiered storage of topic {topic.name} "
+                          f"(tiered state {topic.tiered_state}) can only be turned off by a broker running it, "
+                          f"which stops copying and retains or deletes the remote data; restart the broker with "
+                          f"remote.log.storage.system.enable=true first")
 
 
 _RETENTION_PAIRS = (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms"))
@@ -121,22 +139,22 @@ def validate_change(defaults: dict[str, Any], old: dict[str, str], new: dict[str
     if is_true(new.get(REMOTE_STORAGE_ENABLE)):
         policy = eff("cleanup.policy")
         if policy and policy != "delete":
-            raise BrokerError(INVALID_CONFIG, "Remote log storage only supports topics with cleanup.policy=delete "
+            raise BrokerError(ErrorCode.invalid_config, "Remote log storage only supports topics with cleanup.policy=delete "
                                               "or cleanup.policy being an empty list.")
         for total_name, local_name in _RETENTION_PAIRS:
             total, local = int(eff(total_name)), int(eff(local_name))
             if total > -1 and local != -2:
                 if local == -1:
-                    raise BrokerError(INVALID_CONFIG, f"Invalid value -1 for configuration {local_name}: "
+                    raise BrokerError(ErrorCode.invalid_config, f"Invalid value -1 for configuration {local_name}: "
                                                       f"Value must not be -1 as {total_name} value is set as {total}.")
                 if local > total:
-                    raise BrokerError(INVALID_CONFIG, f"Invalid value {local} for configuration {local_name}: "
+                    raise BrokerError(ErrorCode.invalid_config, f"Invalid value {local} for configuration {local_name}: "
                                                       f"Value must not be more than {total_name} property value: {total}")
         if is_true(new.get(COPY_DISABLE)):
             for total_name, local_name in _RETENTION_PAIRS:
                 local = int(eff(local_name))
                 if local != -2 and local != int(eff(total_name)):
-                    raise BrokerError(INVALID_CONFIG,
+                    raise BrokerError(ErrorCode.invalid_config,
                                       f"When `remote.log.copy.disable` is set to true, the `{local_name}` and "
                                       f"`{total_name}` must be set to the identical value because there will be no "
                                       "more logs copied to the remote storage.")
@@ -144,9 +162,9 @@ def validate_change(defaults: dict[str, Any], old: dict[str, str], new: dict[str
         explicit_policy = new.get(DISABLE_POLICY)
         if explicit_policy is None and DELETE_ON_DISABLE in new and not is_true(new[DELETE_ON_DISABLE]):
             # Spoken in Kafka 3.9's terms (delete.on.disable=false, no KIP-950 policy): Kafka's rule.
-            raise BrokerError(INVALID_CONFIG, KAFKA_TURN_OFF_MESSAGE)
+            raise BrokerError(ErrorCode.invalid_config, KAFKA_TURN_OFF_MESSAGE)
         if explicit_policy == "retain" and is_true(new.get(DELETE_ON_DISABLE)):
-            raise BrokerError(INVALID_CONFIG, f"{DISABLE_POLICY}=retain contradicts {DELETE_ON_DISABLE}=true; "
+            raise BrokerError(ErrorCode.invalid_config, f"{DISABLE_POLICY}=retain contradicts {DELETE_ON_DISABLE}=true; "
                                               f"set one of them")
 
 

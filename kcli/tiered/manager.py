@@ -47,10 +47,13 @@ from bisect import bisect_right
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.records.batch import HEADER_SIZE, InvalidBatchError, read_header
-from kcli.storage.errors import KAFKA_STORAGE_ERROR, LogError, OffsetOutOfRange
+from kcli.storage.errors import LogError, OffsetOutOfRange
 from kcli.storage.index import OffsetIndex, TimeIndex
 from kcli.storage.log import ReadResult
 from kcli.storage.segment import iter_record_timestamps
@@ -70,7 +73,7 @@ from plugins.rsm.base import (
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
-    from kcli.broker.metadata_log import TopicState
+    from kcli.metadata.metadata_log import TopicState
     from kcli.storage.log import PartitionLog
     from kcli.storage.segment import SegmentInfo
 
@@ -82,6 +85,8 @@ RSM_CONFIG_PREFIX = "remote.log.storage.manager.impl."
 _READ_CHUNK = 64 * 1024
 _INDEX_CACHE_ENTRIES = 1024
 _TXN_SCAN_SEGMENTS = 1000  # remote transaction indexes one read looks through at most
+CORRUPT_METRIC = "fetch.corrupt.batches{source=tiered}"  # Kafka-style CorruptFetchBatchesPerSec (docs/observability.md)
+_DAMAGE_REPORTS_KEPT = 10_000  # damaged (segment, position)s already logged: each once, not per fetch
 
 
 def _nonempty(path: "os.PathLike[str]") -> bool:
@@ -112,6 +117,7 @@ class RemoteLogManager(BrokerExtension):
         self._locks: dict[tuple[uuid.UUID, int], asyncio.Lock] = {}
         self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], Any] = OrderedDict()  # parsed indexes
         self._index_lock = threading.Lock()  # remote reads run in worker threads
+        self._damage_reported: OrderedDict[tuple[str, int], None] = OrderedDict()  # logged once each
         self._copy_wakeup = asyncio.Event()
         # one guard per task: a failing partition is backed off and logged once, the rest proceed
         self.copy_guard = TaskGuard("tiered-copy", broker.metrics, log)
@@ -128,6 +134,14 @@ class RemoteLogManager(BrokerExtension):
         for t in list(self.broker.state.topics.values()):
             if t.tiered_state == kip950.DISABLING:
                 self.disabler.start(t)  # the broker died mid-disablement: finish it
+            elif t.tiered_state == kip950.ENABLED and not self.broker.is_tiered(t):
+                # turned off by an earlier kcli, which accepted that without the tiered system
+                # (now refused: kip950.check_without_tiered_system); nothing is copied, the
+                # remote data stays readable until retention: say how to finish it
+                log.warning("tiered storage of %s: remote.storage.enable=false but tiered state ENABLED (turned off "
+                            "while the broker ran without remote.log.storage.system.enable); to finish turning it "
+                            "off run `kcli topics alter --topic %s --enable-tiering`, then --disable-tiering",
+                            t.name, t.name, extra={"event": "tiered.state", "topic": t.name, "state": kip950.ENABLED})
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._copy_loop(), name="rlm-copy"))
         self._tasks.append(loop.create_task(self._retention_loop(), name="rlm-retention"))
@@ -172,7 +186,7 @@ class RemoteLogManager(BrokerExtension):
         t = self.broker.topic_by_id(topic_id)
         p = t.partitions.get(partition) if t is not None else None
         if p is not None:
-            return bool(self.broker.hosts(p))
+            return bool(self.broker.leads(p))
         copiers = set(copiers)
         if self.broker.node_id in copiers:
             return True
@@ -558,20 +572,24 @@ class RemoteLogManager(BrokerExtension):
         """Whole batches from the remote segment holding ``offset`` (Kafka's RemoteLogReader)."""
         lg = self.broker.get_log(t.name, partition)
         if lg is None:
-            raise LogError(3, "This server does not host this topic-partition.")
+            raise LogError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         if offset < lg.log_start_offset or offset > lg.log_end_offset:
             raise _out_of_range(lg, offset)
         md = self.metadata.segment_for_offset(t.topic_id, partition, offset)
         if md is None or md.start_offset >= lg.local_log_start_offset:
             raise _out_of_range(lg, offset)
         try:
-            records, next_offset = await self._rsm_call(self._read_segment, md, max(offset, md.start_offset),
-                                                        max_bytes, min_one)
+            records, next_offset, damage = await self._rsm_call(self._read_segment, md, max(offset, md.start_offset),
+                                                                max_bytes, min_one)
+        except _RemoteDamage as err:  # the read starts at a damaged batch: never served
+            raise self._remote_corrupt(t, partition, md, err) from None
         except RemoteStorageException as err:
             if offset < lg.log_start_offset:  # expired while we read
                 raise _out_of_range(lg, offset) from None
-            raise LogError(KAFKA_STORAGE_ERROR, f"reading remote segment {md.start_offset} of "
+            raise LogError(ErrorCode.kafka_storage_error, f"reading remote segment {md.start_offset} of "
                                                 f"{t.name}-{partition}: {err}") from None
+        if damage is not None:  # the intact batches before it are served; a fetch from it fails
+            self._remote_corrupt(t, partition, md, damage)
         self.broker.metrics.inc("tiered.remote.fetch.bytes", len(records))
         aborted: tuple[AbortedTxn, ...] = ()
         if records:
@@ -579,7 +597,7 @@ class RemoteLogManager(BrokerExtension):
                 aborted = await self._rsm_call(self._remote_aborted, t, partition, md, offset, next_offset,
                                                lg.local_log_start_offset)
             except RemoteStorageException as err:  # a read_committed client must not get aborted records
-                raise LogError(KAFKA_STORAGE_ERROR, f"reading the transaction index of remote segment "
+                raise LogError(ErrorCode.kafka_storage_error, f"reading the transaction index of remote segment "
                                                     f"{md.start_offset} of {t.name}-{partition}: {err}") from None
         return ReadResult(records, lg.high_watermark, lg.log_start_offset, lg.log_end_offset, next_offset,
                           aborted_transactions=aborted)
@@ -645,26 +663,72 @@ class RemoteLogManager(BrokerExtension):
         i = bisect_right(rel, offset - md.start_offset) - 1
         return pos[i] if i >= 0 else 0
 
+    def _remote_corrupt(self, t: "TopicState", partition: int, md: RemoteLogSegmentMetadata,
+                        damage: "_RemoteDamage") -> LogError:
+        """CORRUPT_MESSAGE for a damaged remote batch: counted every time it is read, logged once
+        per segment object and byte range."""
+        assert self.rsm is not None
+        where = self.rsm.segment_location(md)
+        span = (f"bytes {damage.position}-{damage.position + damage.size - 1}" if damage.size
+                else f"position {damage.position}")
+        message = f"{where} {span} (segment {md.start_offset}..{md.end_offset} of {t.name}-{partition}): {damage.why}"
+        self.broker.metrics.inc(CORRUPT_METRIC)
+        ident = (where, damage.position)
+        if ident not in self._damage_reported:
+            self._damage_reported[ident] = None
+            while len(self._damage_reported) > _DAMAGE_REPORTS_KEPT:
+                self._damage_reported.popitem(last=False)
+            log.warning("remote fetch: %s; answering CORRUPT_MESSAGE, the segment is left in place", message,
+                        extra={"event": "tiered.corrupt_batch", "location": where, "position": damage.position,
+                               "byte_size": damage.size})
+        return LogError(ErrorCode.corrupt_message, message)
+
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
-                      min_one: bool) -> tuple[bytes, int]:
-        """(records, next offset) from ``md``; runs in a worker thread."""
+                      min_one: bool) -> tuple[bytes, int, "_RemoteDamage | None"]:
+        """(records, next offset, damage) from ``md``; runs in a worker thread. Every batch served
+        is CRC-checked first (Kafka's DefaultRecordBatch.isValid); a damaged one ends the records
+        before it (``damage`` says where) or, when the read starts at it, raises _RemoteDamage."""
         assert self.rsm is not None
         cursor = _RemoteCursor(self.rsm, md, self._position_for(md, offset), max_bytes + 2 * 4096)
         first = None
-        for pos, h in cursor.batches():
+        for pos, h in cursor.batches():  # a damaged header before the wanted batch raises: nothing to serve
             if h.last_offset >= offset:
                 first = pos
                 break
         if first is None:
-            return b"", offset
+            return b"", offset, None
         end, next_offset = first, offset
-        for pos, h in cursor.batches(first):
-            if pos + h.size - first > max_bytes and not (pos == first and min_one):
-                break
-            end, next_offset = pos + h.size, h.last_offset + 1
+        served: list[tuple[int, Any]] = []
+        damage: _RemoteDamage | None = None
+        try:
+            for pos, h in cursor.batches(first):
+                if pos + h.size - first > max_bytes and not (pos == first and min_one):
+                    break
+                if pos + h.size > cursor.size:
+                    damage = _RemoteDamage(pos, h.size, f"batch of {h.size} bytes runs past the end of the "
+                                                        f"segment ({cursor.size} bytes)")
+                    break
+                served.append((pos, h))
+                end, next_offset = pos + h.size, h.last_offset + 1
+        except _RemoteDamage as err:
+            damage = err
         if end == first:
-            return b"", offset
-        return cursor.slice(first, end), next_offset
+            if damage is not None:
+                raise damage
+            return b"", offset, None
+        cursor.ensure(end)
+        view = memoryview(cursor.buf)
+        base = cursor.start
+        for i, (pos, h) in enumerate(served):  # over the fetched buffer: no copy
+            if crc32c(view[pos - base + 21 : pos - base + h.size]) != h.crc:
+                damage = _RemoteDamage(pos, h.size, "batch fails its CRC-32C check")
+                if i == 0:
+                    view.release()
+                    raise damage
+                end, next_offset = pos, served[i - 1][1].last_offset + 1
+                break
+        view.release()
+        return cursor.slice(first, end), next_offset, damage
 
     async def max_timestamp_offset(self, t: "TopicState", partition: int, local: tuple[int, int] | None) -> tuple[int, int] | None:
         """ListOffsets -3 (KIP-734) over remote and local data: the first record holding the
@@ -718,6 +782,17 @@ class RemoteLogManager(BrokerExtension):
         return None
 
 
+class _RemoteDamage(RemoteStorageException):
+    """A batch of a remote segment that cannot be served: an impossible header, or its CRC-32C
+    fails. ``size`` is 0 when the header could not be read."""
+
+    def __init__(self, position: int, size: int, why: str) -> None:
+        super().__init__(f"position {position}: {why}")
+        self.position = position
+        self.size = size
+        self.why = why
+
+
 class _RemoteCursor:
     """Forward reads over one remote segment with few ranged GETs: one buffer that grows by
     at least ``chunk`` bytes whenever a header or slice reaches past it."""
@@ -730,7 +805,7 @@ class _RemoteCursor:
         self.buf = b""
         self.chunk = max(chunk, _READ_CHUNK)
 
-    def _ensure(self, end: int) -> None:
+    def ensure(self, end: int) -> None:
         have = self.start + len(self.buf)
         if end <= have:
             return
@@ -739,7 +814,7 @@ class _RemoteCursor:
         self.buf = self.buf + more if self.buf else more  # usually one GET: no copy
 
     def slice(self, begin: int, end: int) -> bytes:
-        self._ensure(end)
+        self.ensure(end)
         lo, hi = begin - self.start, end - self.start
         if lo == 0 and hi == len(self.buf):
             return self.buf
@@ -748,11 +823,11 @@ class _RemoteCursor:
     def batches(self, position: int | None = None) -> Iterable[tuple[int, Any]]:
         pos = self.start if position is None else position
         while pos + HEADER_SIZE <= self.size:
-            self._ensure(pos + HEADER_SIZE)
+            self.ensure(pos + HEADER_SIZE)
             try:
                 h = read_header(self.buf, pos - self.start)
             except InvalidBatchError as err:
-                raise RemoteStorageException(f"remote segment {self.md.start_offset} position {pos}: {err}") from None
+                raise _RemoteDamage(pos, 0, f"no batch header: {err}") from None
             yield pos, h
             pos += h.size
 

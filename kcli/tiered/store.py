@@ -19,7 +19,7 @@ RSM_PREFIX = "remote.log.storage.manager.impl."
 
 if TYPE_CHECKING:
     from kcli.broker.broker import Broker
-    from kcli.broker.broker_config import BrokerConfig
+    from kcli.config.broker_config import BrokerConfig
     from plugins.objectstore.base import ObjectStorage
 
 

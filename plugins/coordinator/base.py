@@ -23,12 +23,6 @@ class CoordinatorException(OperationError):
 
 
 # Kafka error codes the coordinator answers with (org.apache.kafka.common.protocol.Errors).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -425,6 +419,18 @@ class BatchCoordinator(abc.ABC):
     @abc.abstractmethod
     def known_object_keys(self) -> set[str]:
         """Every committed object key the coordinator tracks, in any state (orphan detection)."""
+
+    # -- diskless replica caches (KIP-1163 "Replicas": in sync means in sync with the coordinator) --
+
+    @abc.abstractmethod
+    def report_replica_caches(self, broker_id: int, report: str) -> None:
+        """Replace ``broker_id``'s report of its local replica caches (an opaque JSON document the
+        broker writes, kcli/diskless/replica_cache.py): one small value per broker, kept in
+        ``kcli_meta`` (no schema change), read by every broker to tell which replicas are in sync."""
+
+    @abc.abstractmethod
+    def replica_cache_reports(self) -> dict[int, str]:
+        """Every broker's last :meth:`report_replica_caches` document, by broker id."""
 
     # -- identity and upload intents (what makes garbage provable) -------------------------------
 

@@ -24,10 +24,12 @@ advisory lock with ``SET LOCAL lock_timeout`` (see _migrate).
 from __future__ import annotations
 
 import functools
+import operator
 import struct
 import threading
 import time
 import uuid
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -36,63 +38,51 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from kcli.cluster.pgconn import check_connection, redact
-from plugins.coordinator.base import (
-    FILE_STATE_DELETING,
-    FILE_STATE_UPLOADED,
-    INVALID_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
-    NO_TIMESTAMP,
-    NONE,
-    OFFSET_OUT_OF_RANGE,
-    TXN_COMMIT,
-    TXN_DATA,
-    UNKNOWN_OFFSET,
-    AbortedTransaction,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    BatchCoordinator,
-    BatchInfo,
-    BatchMetadata,
-    CommitBatchRequest,
-    CommitBatchResponse,
-    CoordinatorException,
-    CreateTopicAndPartitionsRequest,
-    DeleteFilesRequest,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    FileInfo,
-    FileToDelete,
-    FindBatchRequest,
-    FindBatchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    LogInfo,
-    ProducerInfo,
-    RetentionRequest,
-    RetentionResult,
-    TopicIdPartition,
-    TopicStorageInfo,
-    UploadIntent,
-)
+from kio.schema.errors import ErrorCode
 
-# Kafka's idempotence rules and the malformed-batch messages are the SQLite coordinator's, shared
-# so that both answer exactly alike (the contract tests run against both).
-from plugins.coordinator.sqlite import (
-    _ENTRY,
-    _TIMESTAMP_TYPES,
+from kcli.cluster.pgconn import check_connection, redact
+from plugins.coordinator.base import NO_SEQUENCE, NO_TIMESTAMP, TXN_COMMIT, TXN_DATA, UNKNOWN_OFFSET, AbortedTransaction, BatchCoordinator, BatchInfo, BatchMetadata, CommitBatchRequest, CommitBatchResponse, CoordinatorException, CreateTopicAndPartitionsRequest, DeleteFilesRequest, DeleteRecordsRequest, DeleteRecordsResponse, FileInfo, FileToDelete, FindBatchRequest, FindBatchResponse, ListOffsetsRequest, ListOffsetsResponse, LogInfo, ProducerInfo, RetentionRequest, RetentionResult, TopicIdPartition, TopicStorageInfo, UploadIntent
+
+from plugins.coordinator.producers import (
+    ACCEPT,
+    FRESH,
     INT32_MAX,
+    PRODUCER_SNAPSHOT_INTERVAL_MS,
     PRODUCER_STATE_BATCHES,
-    SqliteBatchCoordinator,
-    _checkpoint_key,
-    _describe_bad,
+    RING,
+    RING_SLOT,
+    Producer,
+    describe as describe_producer_states,
+    fields_fit,
+    replay,
+    restore,
+    verdict,
+)
+from plugins.coordinator.shared import (
+    TIMESTAMP_TYPES,
+    FetchBudget,
+    already_committed,
+    bad_batch,
+    check_cluster_id,
+    check_commit,
+    check_file_state,
+    check_intent_key,
     check_replacement,
-    _Producer,
+    checkpoint_key,
+    delete_records_target,
+    foreign_cluster,
+    intent_gone,
+    list_offsets_answer,
+    not_a_partition,
+    partition_rows,
+    retention_cut,
+    retention_nothing_to_do,
     sql_filters,
+    topic_storage,
 )
 from plugins.coordinator.txn import TxnChanges, TxnEvent, apply_events
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMES = ("postgresql", "postgres")
 # pg_advisory_xact_lock key of the migration (any constant; "kcli" in ASCII).
 MIGRATION_LOCK_KEY = 0x6B636C69
@@ -219,7 +209,20 @@ _V3 = (
     "DROP TABLE batches",
     "DROP SEQUENCE batch_ids",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# Version 4: producer state derived from the batch runs (as Kafka derives it from its log) plus
+# periodic snapshots, instead of a producer_state row rewritten per (partition, producer) and
+# commit. producer_state becomes the snapshot as of each log's producer_snapshot_offset (the rows
+# were current as of the high watermark: every version-3 commit wrote them); the state of a log is
+# its snapshot plus the idempotent batches of the runs at or after that offset. ``producers``
+# marks runs holding any batch with a producer id (NULL: not known, an older run), so rebuilding
+# a log's state skips the runs of plain produce. Catalogue changes and one UPDATE of the logs
+# (one row per partition): nothing is rewritten.
+_V4 = (
+    "ALTER TABLE logs ADD COLUMN producer_snapshot_offset bigint NOT NULL DEFAULT 0",
+    "UPDATE logs SET producer_snapshot_offset = high_watermark",
+    "ALTER TABLE batch_runs ADD COLUMN producers boolean",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 
 # One batch in a run's ``batches`` bytes, big-endian as int8send & co. write them (the version-3
 # migration builds them in SQL): the batch's index in its object, base and last offset relative
@@ -239,6 +242,8 @@ _INDEX_MASK = MAX_BATCHES_PER_OBJECT - 1
 # Batches per run at most: a fetch reads a run whole, so a hot partition's 1,000 batches of one
 # object are 10 runs, not one 72 KB row decoded for the 64 batches of a 1 MiB fetch.
 RUN_MAX_BATCHES = 100
+_BYTE_SIZE = operator.attrgetter("metadata.byte_size")
+_PID_OF_CHANGE = operator.itemgetter(0)  # the producer id of an undo record (see _Packed)
 
 # The log row and its first runs from the offset (the run holding the offset may start before it).
 _FIND_FIRST = (
@@ -252,9 +257,9 @@ _FIND_FIRST = (
     " WHERE l.topic_id = %s AND l.partition = %s ORDER BY x.last_offset"
 )
 _INSERT_RUNS = (
-    "INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size, max_timestamp, batches)"
-    " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::integer[], %b::bigint[],"
-    " %b::bigint[], %b::bytea[])"
+    "INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size, max_timestamp, batches,"
+    " producers) SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::integer[],"
+    " %b::bigint[], %b::bigint[], %b::bytea[], %b::boolean[])"
 )
 
 # Lock the logs' rows in log_id order: two commits never wait for each other crosswise (no deadlock).
@@ -264,185 +269,349 @@ _LOCK_LOGS = (
     " ON l.topic_id = k.topic_id AND l.partition = k.partition ORDER BY l.log_id FOR UPDATE OF l"
 )
 
-# A commit without producer ids, whole, in one statement and so one round trip (autocommit: the
-# statement is its own transaction). The entries arrive packed (relative to their runs, see
-# _RUN_ENTRY) and the offsets come from the logs' rows locked here, in log_id order as
-# _LOCK_LOGS does. Slots (the object's partitions, in first-seen order) carry each partition's
-# offset and byte growth; runs refer to their slot by ordinality and to their entries by
-# position in %(blob)s. Every write depends on the files row: a conflicting key (a commit that
-# already happened) or a claimed intent writes nothing. The upload intent goes either way (an
-# intent must not outlive its object's commit). Integer arrays travel as text ('{1,2}'): the
-# server parses them faster than psycopg dumps Python lists. Returns one row per known slot
-# (slot, high watermark before, log start offset) with the file_id, or a single row without a
-# slot when no partition is known.
-_COMMIT_PLAIN = (
-    "WITH intent AS (DELETE FROM upload_intents WHERE object_key = %(key)s RETURNING 1),"
-    " slot AS (SELECT * FROM unnest(%(tids)b::uuid[], %(parts)s::integer[], %(grow)s::bigint[], %(bytes)s::bigint[])"
-    "  WITH ORDINALITY AS s (topic_id, partition, grow, bytes, slot)),"
+# A commit, whole, in one statement and so one round trip (autocommit: the statement is its own
+# transaction, unless the caller began one: the locked path below). The entries arrive packed
+# (relative to their runs, see _RUN_ENTRY) and the offsets come from the logs' rows locked here,
+# in log_id order as _LOCK_LOGS does. Slots (the object's partitions, in first-seen order) carry
+# each partition's offset and byte growth, and for a partition whose idempotent batches were
+# checked against producer state in memory, the log and high watermark that state is as of
+# (%(elog)s, %(ehwm)s; NULL: nothing checked). If any such log moved on (another broker, or a
+# deleted and re-created partition), the statement is *stale* and writes nothing, not even the
+# intent's delete: the caller checks again under the logs' locks. Runs refer to their slot by
+# ordinality and to their entries by position in %(blob)s. Every write depends on the files row:
+# a conflicting key (a commit that already happened), a claimed intent or staleness writes
+# nothing. The upload intent goes unless stale (an intent must not outlive its object's commit).
+# Integer arrays travel as text ('{1,2}'): the server parses them faster than psycopg dumps
+# Python lists. Returns one row per known slot (file_id, intent, stale, slot, log_id, high
+# watermark before, log start offset), or a single row without a slot when nothing was written.
+_COMMIT = (
+    "WITH slot AS (SELECT * FROM unnest(%(tids)b::uuid[], %(parts)s::integer[], %(grow)s::bigint[], %(bytes)s::bigint[],"
+    "  %(elog)s::bigint[], %(ehwm)s::bigint[]) WITH ORDINALITY AS s (topic_id, partition, grow, bytes, elog, ehwm, slot)),"
     " locked AS MATERIALIZED (SELECT l.log_id, l.topic_id, l.topic_name, l.log_start_offset, l.high_watermark,"
     "  s.slot, s.grow, s.bytes FROM logs l JOIN slot s ON l.topic_id = s.topic_id AND l.partition = s.partition"
     "  ORDER BY l.log_id FOR UPDATE OF l),"
+    " stale AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM slot s LEFT JOIN locked k ON k.slot = s.slot"
+    "  WHERE s.elog IS NOT NULL AND (k.log_id IS DISTINCT FROM s.elog OR k.high_watermark <> s.ehwm)) AS stale),"
+    " intent AS (DELETE FROM upload_intents WHERE object_key = %(key)s AND NOT (SELECT stale FROM stale) RETURNING 1),"
     " file AS (INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
     "  marked_for_deletion_at)"
     "  SELECT %(key)s, %(uploader)s, %(size)s, u.used, CASE WHEN u.used > 0 THEN 'uploaded' ELSE 'deleting' END,"
     "  %(now)s, CASE WHEN u.used > 0 THEN NULL ELSE %(now)s::bigint END"
     "  FROM (SELECT coalesce(sum(bytes), 0)::bigint AS used FROM locked) u"
-    "  WHERE NOT %(require)s::boolean OR EXISTS (SELECT 1 FROM intent)"
+    "  WHERE NOT (SELECT stale FROM stale) AND (NOT %(require)s::boolean OR EXISTS (SELECT 1 FROM intent))"
     "  ON CONFLICT (object_key) DO NOTHING RETURNING file_id),"
     " grown AS (UPDATE logs l SET high_watermark = l.high_watermark + k.grow, byte_size = l.byte_size + k.bytes"
     "  FROM locked k, file WHERE l.log_id = k.log_id),"
     " runs AS (INSERT INTO batch_runs (log_id, last_offset, base_offset, file_id, batch_count, byte_size,"
-    "  max_timestamp, batches)"
+    "  max_timestamp, batches, producers)"
     "  SELECT k.log_id, k.high_watermark + r.last, k.high_watermark + r.first, f.file_id, r.count, r.bytes, r.max_ts,"
     f"  substring(%(blob)s::bytea FROM (r.start * {_RUN_ENTRY.size} + 1)::integer"
-    f"  FOR (r.count * {_RUN_ENTRY.size})::integer)"
+    f"  FOR (r.count * {_RUN_ENTRY.size})::integer), r.producers"
     "  FROM (SELECT *, sum(count) OVER (ORDER BY n) - count AS start FROM unnest(%(r_slot)s::bigint[],"
     "   %(r_first)s::bigint[], %(r_last)s::bigint[], %(r_count)s::bigint[], %(r_bytes)s::bigint[],"
-    "   %(r_max_ts)s::bigint[]) WITH ORDINALITY AS r (slot, first, last, count, bytes, max_ts, n)) r"
+    "   %(r_max_ts)s::bigint[], %(r_prod)s::boolean[]) WITH ORDINALITY AS r (slot, first, last, count, bytes, max_ts,"
+    "   producers, n)) r"
     "  JOIN locked k ON k.slot = r.slot CROSS JOIN file f),"
     " topics AS (INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
     "  SELECT f.file_id, k.topic_id, min(k.topic_name), sum(k.bytes), sum(k.bytes)"
     "  FROM locked k CROSS JOIN file f GROUP BY f.file_id, k.topic_id)"
-    " SELECT f.file_id, f.intent, k.slot, k.high_watermark, k.log_start_offset"
-    " FROM (SELECT (SELECT file_id FROM file), EXISTS (SELECT 1 FROM intent)) f (file_id, intent)"
-    " LEFT JOIN locked k ON f.file_id IS NOT NULL"
+    " SELECT f.file_id, f.intent, f.stale, k.slot, k.log_id, k.high_watermark, k.log_start_offset"
+    " FROM (SELECT (SELECT file_id FROM file), EXISTS (SELECT 1 FROM intent), (SELECT stale FROM stale))"
+    " f (file_id, intent, stale) LEFT JOIN locked k ON f.file_id IS NOT NULL"
 )
 
-
-def _array(values: Iterable[int]) -> str:
-    """A PostgreSQL array literal of integers (see _COMMIT_PLAIN)."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-@dataclass(slots=True)
-class _PlainCommit:
-    """A commit without producer ids, checked and packed before any database work: per batch its
-    slot and offset relative to its partition's high watermark; _COMMIT_PLAIN's parameters."""
-
-    slots: list[int]
-    rels: list[int]
-    slot_count: int
-    params: dict[str, Any]
-
-
-def _new_slot(keys: dict[tuple[uuid.UUID, int], int], tip: TopicIdPartition, object_key: str, i: int) -> int:
-    """The slot of a partition met under a TopicIdPartition object not seen before in the commit
-    (the same partition may come as several equal objects): its first-seen position."""
-    if not isinstance(tip, TopicIdPartition):
-        raise CoordinatorException(
-            f"invalid commit of {object_key}: batch {i}: topic_id_partition is not a TopicIdPartition")
-    return keys.setdefault((tip.topic_id, tip.partition), len(keys))
-
-
-def _pack_plain(object_key: str, file_size: int, batches: list[CommitBatchRequest], now: int) -> _PlainCommit | None:
-    """Check and pack a commit whose batches carry no producer id; None at the first one that does
-    (the idempotent path needs the producers' stored state first). Raises CoordinatorException
-    for a malformed batch and struct.error for a field its entry cannot hold: before any write.
-
-    Batches come grouped by partition, so the loop keeps the current partition's state in locals
-    and files it per slot (partition, by first appearance) when the partition changes: [next
-    relative offset, bytes, max effective timestamp, packed entries]. An object's batches share
-    their TopicIdPartition objects, hence the lookup by identity first."""
-    keys: dict[tuple[uuid.UUID, int], int] = {}
-    by_tip: dict[int, int] = {}
-    states: list[list] = []
-    slots: list[int] = []
-    rels: list[int] = []
-    pack = _RUN_ENTRY.pack
-    add_slot, add_rel = slots.append, rels.append
-    prev = None
-    slot, rel, size_sum, max_effective, entries = -1, 0, 0, NO_TIMESTAMP, []
-    for i, req in enumerate(batches):
-        tip = req.topic_id_partition
-        if tip is not prev:
-            if slot >= 0:
-                states[slot][:3] = rel, size_sum, max_effective
-            slot = by_tip.get(id(tip), -1)
-            if slot < 0:
-                slot = by_tip[id(tip)] = _new_slot(keys, tip, object_key, i)
-                if slot == len(states):
-                    states.append([0, 0, NO_TIMESTAMP, []])
-            rel, size_sum, max_effective, entries = states[slot]
-            prev = tip
-        pid = req.producer_id
-        if pid >= 0:
-            return None
-        size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
-            req.message_timestamp_type
-        if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
-                or ts_type not in _TIMESTAMP_TYPES:
-            raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
-        max_ts = req.batch_max_timestamp
-        entries.append(pack(i, rel, rel + delta, byte_offset, size, now, max_ts, ts_type, pid, req.producer_epoch,
-                            req.base_sequence, req.last_sequence))
-        ts = now if ts_type == 1 else max_ts
-        if ts > max_effective:
-            max_effective = ts
-        add_slot(slot)
-        add_rel(rel)
-        rel += delta + 1
-        size_sum += size
-    if slot >= 0:
-        states[slot][:3] = rel, size_sum, max_effective
-    # The runs: a partition's entries are relative to its first offset in this object, so a
-    # partition of RUN_MAX_BATCHES batches or fewer is one run as packed; a hot one is cut into
-    # runs whose entries are re-based on each run's first offset.
-    r_slot, r_first, r_last, r_count, r_bytes, r_max_ts, blobs = [], [], [], [], [], [], []
-    for n, (end, size_sum, max_effective, entries) in enumerate(states, 1):
-        if len(entries) <= RUN_MAX_BATCHES:
-            runs = [(0, end - 1, entries, size_sum, max_effective)]
-        else:
-            runs = []
-            for row in _run_rows(0, 0, list(_run_entries(b"".join(entries), 0, 0))):
-                runs.append((row[2], row[1], [row[7]], row[5], row[6]))
-        for first, last, packed, size_sum, max_effective in runs:
-            r_slot.append(n)
-            r_first.append(first)
-            r_last.append(last)
-            r_count.append(sum(len(p) for p in packed) // _RUN_ENTRY.size)
-            r_bytes.append(size_sum)
-            r_max_ts.append(max_effective)
-            blobs.extend(packed)
-    return _PlainCommit(slots, rels, len(states), {
-        "tids": [k[0] for k in keys], "parts": _array(k[1] for k in keys),
-        "grow": _array(st[0] for st in states), "bytes": _array(st[1] for st in states),
-        "r_slot": _array(r_slot), "r_first": _array(r_first), "r_last": _array(r_last),
-        "r_count": _array(r_count), "r_bytes": _array(r_bytes), "r_max_ts": _array(r_max_ts),
-        "blob": b"".join(blobs)})
-
-
-# A commit's producer state goes in two statements: rows read under the logs' locks are UPDATEd
-# (a HOT update each: fillfactor 50, no indexed column changes), new producers INSERTed. One
-# INSERT ... ON CONFLICT DO UPDATE for both cost a speculative-insertion check and a tuple lock
-# (one more WAL record) per row. The insert keeps ON CONFLICT only as a guard: a producer's row
-# changes only under its log's row lock, which this commit holds.
-_UPDATE_PRODUCERS = (
-    "UPDATE producer_state p SET producer_epoch = v.epoch, batches = v.batches"
-    " FROM unnest(%b::bigint[], %b::bigint[], %b::smallint[], %b::bytea[]) AS v (log_id, producer_id, epoch, batches)"
-    " WHERE p.log_id = v.log_id AND p.producer_id = v.producer_id"
+# The producer state of some partitions, brought up to their high watermark (one statement: one
+# snapshot of the database). Per partition (slot = its position + 1) the caller says which state
+# it holds: (log_id, offset) when it has the state as of that offset, NULLs when none. That state
+# is brought forward by the runs from its offset on (*incremental*) when it belongs to the same
+# log and the log's snapshot is not newer: every deletion or rewrite of runs (retention,
+# DeleteRecords, compaction) first snapshots the log at its high watermark, so the runs at or
+# after any offset from the snapshot's on are intact. Otherwise (*full*) the snapshot rows are
+# read and the runs from the snapshot's offset. Rows: (0, slot, log_id, hwm, snapshot offset,
+# incremental from, NULL) per log; (1, slot, producer_id, epoch, ...batches) per snapshot row;
+# (2, slot, last_offset, base_offset, ...batches) per run, in offset order. Runs of plain
+# produce (producers = false) are skipped. Planned per call (prepare=False): the arrays vary.
+_REFRESH = (
+    "WITH k AS MATERIALIZED (SELECT l.log_id, l.high_watermark, l.producer_snapshot_offset AS snap, k.slot,"
+    "  CASE WHEN l.log_id = k.clog AND l.producer_snapshot_offset <= k.chwm THEN k.chwm END AS since"
+    "  FROM unnest(%b::uuid[], %b::integer[], %b::bigint[], %b::bigint[]) WITH ORDINALITY AS k"
+    "  (topic_id, partition, clog, chwm, slot) JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.partition)"
+    " SELECT 0, k.slot, k.log_id, k.high_watermark, k.snap, k.since, NULL::bytea FROM k"
+    " UNION ALL SELECT 1, k.slot, p.producer_id, p.producer_epoch, NULL, NULL, p.batches"
+    "  FROM k JOIN producer_state p ON p.log_id = k.log_id WHERE k.since IS NULL"
+    " UNION ALL SELECT 2, k.slot, r.last_offset, r.base_offset, NULL, NULL, r.batches"
+    "  FROM k JOIN batch_runs r ON r.log_id = k.log_id AND r.last_offset >= coalesce(k.since, k.snap)"
+    "  AND r.last_offset < k.high_watermark AND r.producers IS NOT FALSE"
+    " ORDER BY 1, 2, 3"
 )
-_INSERT_PRODUCERS = (
+_UPSERT_PRODUCERS = (
     "INSERT INTO producer_state (log_id, producer_id, producer_epoch, batches)"
     " SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::smallint[], %b::bytea[])"
     " ON CONFLICT (log_id, producer_id) DO UPDATE"
     " SET producer_epoch = excluded.producer_epoch, batches = excluded.batches"
 )
 
-# The stored state of the (partition, producer) pairs of a commit. Partitions are sent once, as
-# the lock statement has them; pairs refer to them by position (a slot + 1, as ORDINALITY counts).
-# prepare=False where it runs: a prepared statement's generic plan, made for arrays of unknown
-# length, joined ~900 pairs 2-3x slower than a plan for the actual arrays. The partitions are a
-# materialised CTE so that each pair is one primary-key lookup: joined in one FROM, the planner
-# misjudged the partitions' join as one row and read every producer of each partition (5,000
-# rows for 900 wanted in the bench; it grows with the producers a partition has ever had).
-_READ_PRODUCERS = (
-    "WITH s AS MATERIALIZED (SELECT l.log_id, k.slot"
-    " FROM unnest(%b::uuid[], %b::integer[]) WITH ORDINALITY AS k (topic_id, partition, slot)"
-    " JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.partition)"
-    " SELECT s.log_id, p.producer_id, p.producer_epoch, p.batches"
-    " FROM unnest(%b::bigint[], %b::bigint[]) AS t (slot, producer_id) JOIN s ON s.slot = t.slot"
-    " JOIN producer_state p ON p.log_id = s.log_id AND p.producer_id = t.producer_id"
-)
+
+def _array(values: Iterable[int | None]) -> str:
+    """A PostgreSQL array literal of integers or NULLs (see _COMMIT)."""
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+
+
+def _ints(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers (no NULL): _array without a test per value."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _bools(values: Iterable[bool]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
+
+
+@dataclass(slots=True)
+class _LogProducers:
+    """A log's producer state in memory, as of ``hwm`` (every batch below it applied): what a
+    commit checks idempotent batches against. ``dirty``: producers changed since the snapshot
+    this state was loaded from or last wrote (the next snapshot writes only those rows)."""
+
+    log_id: int
+    hwm: int
+    producers: dict[int, Producer]
+    dirty: set[int]
+
+
+class _NeedLock(Exception):
+    """The commit cannot be checked against memory alone (a partition's producer state is not
+    cached, or a batch is transactional): it takes the locked path."""
+
+
+_UNSET = object()
+
+
+@dataclass(slots=True)
+class _Packed:
+    """A commit checked and packed before its statement: per batch its slot and offset relative to
+    its partition's first offset here (-1: refused, see ``refused``); per slot the producer state
+    it was checked against and the undo records of the changes made to it in place (kept once the
+    commit is done, put back by ``undo`` when it is not); the transaction events (slot, producer
+    id, kind, relative offset); _COMMIT's parameters."""
+
+    slots: list[int]
+    rels: list[int]
+    refused: dict[int, int | tuple]
+    keys: list[tuple[uuid.UUID, int]]
+    grow: list[int]
+    checked: list[Any]
+    changes: list[list[tuple] | None]
+    txn_events: list[tuple[int, int, int, int]]
+    params: dict[str, Any]
+
+    def undo(self) -> None:
+        """Put the producer state in memory back as it was before _pack (the commit did not
+        happen: stale, refused, or failed). The caller holds _producers_lock, as _pack's did."""
+        for state, changes in zip(self.checked, self.changes):
+            if changes:
+                restore(state.producers, changes)
+        self.changes = [None] * len(self.changes)
+
+
+def _new_slot(keys: dict[tuple[uuid.UUID, int], int], tip: TopicIdPartition, object_key: str, i: int) -> int:
+    """The slot of a partition met under a TopicIdPartition object not seen before in the commit
+    (the same partition may come as several equal objects): its first-seen position."""
+    if not isinstance(tip, TopicIdPartition):
+        raise not_a_partition(object_key, i)
+    return keys.setdefault((tip.topic_id, tip.partition), len(keys))
+
+
+def _pack(object_key: str, file_size: int, batches: list[CommitBatchRequest], now: int,
+          view: Callable[[tuple[uuid.UUID, int]], _LogProducers | None] | None = None,
+          locked: bool = False) -> _Packed | None:
+    """Check and pack a commit before any database work. Raises CoordinatorException for a
+    malformed batch and struct.error for a field its entry cannot hold.
+
+    Without ``view``: None at the first batch with a producer id (a plain commit needs no state).
+    With it, idempotent batches are checked against ``view(partition)`` — the producer state of
+    the partition's log (None: the partition is unknown; _NeedLock: not cached) — as Kafka does
+    (producers.verdict), and appended to it in place, each change with an undo record (so a commit
+    that does not happen puts memory back: _Packed.undo; the caller holds _producers_lock
+    throughout). A batch that continues its producer's sequence takes the fast path inlined here
+    (see producers.Producer); anything else verdict(). Transactional batches need the logs' locks
+    (``locked``): their open transactions are read under them. If _pack raises, it has put memory
+    back itself.
+
+    Batches come grouped by partition, so the loop keeps the current partition's state in locals
+    and files it per slot (partition, by first appearance) when the partition changes: [next
+    relative offset, bytes, max effective timestamp, packed entries, producer state, undo
+    records, has producer ids]. An object's batches share their TopicIdPartition objects, hence
+    the lookup by identity first."""
+    keys: dict[tuple[uuid.UUID, int], int] = {}
+    by_tip: dict[int, int] = {}
+    states: list[list] = []
+    slots: list[int] = []
+    rels: list[int] = []
+    refused: dict[int, int | tuple] = {}
+    txn_events: list[tuple[int, int, int, int]] = []
+    pack = _RUN_ENTRY.pack
+    ring_pack, ring_slot, ring_batches = RING.pack_into, RING_SLOT, PRODUCER_STATE_BATCHES
+    add_slot, add_rel = slots.append, rels.append
+    prev = None
+    slot, rel, size_sum, max_effective, entries = -1, 0, 0, NO_TIMESTAMP, []
+    log_state: Any = _UNSET
+    producers: dict[int, Producer] = {}
+    hwm = 0
+    changes: list[tuple] = []
+    record = changes.append
+    has_pid = False
+    try:
+        for i, req in enumerate(batches):
+            tip = req.topic_id_partition
+            if tip is not prev:
+                if slot >= 0:
+                    states[slot][:3] = rel, size_sum, max_effective
+                    states[slot][6] = has_pid
+                slot = by_tip.get(id(tip), -1)
+                if slot < 0:
+                    slot = by_tip[id(tip)] = _new_slot(keys, tip, object_key, i)
+                    if slot == len(states):
+                        states.append([0, 0, NO_TIMESTAMP, [], _UNSET, [], False])
+                rel, size_sum, max_effective, entries, log_state, changes, has_pid = states[slot]
+                record = changes.append
+                if log_state is not _UNSET and log_state is not None:
+                    producers, hwm = log_state.producers, log_state.hwm
+                prev = tip
+            size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
+                req.message_timestamp_type
+            if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
+                    or ts_type not in TIMESTAMP_TYPES:
+                raise bad_batch(object_key, i, req, file_size)
+            pid = req.producer_id
+            base_seq, last_seq, epoch = req.base_sequence, req.last_sequence, req.producer_epoch
+            if pid >= 0:
+                if view is None:
+                    return None
+                if log_state is _UNSET:
+                    log_state = states[slot][4] = view((tip.topic_id, tip.partition))
+                    if log_state is not None:
+                        producers, hwm = log_state.producers, log_state.hwm
+                if log_state is not None:  # None: an unknown partition, answered after the statement
+                    has_pid = True
+                    kind = req.transaction
+                    producer = producers.get(pid)
+                    if producer is not None and base_seq == producer.next_sequence and epoch == producer.epoch \
+                            and not kind and base_seq <= last_seq <= INT32_MAX:
+                        # The fast path: the next batch of the producer's sequence (see Producer),
+                        # appended in place; the undo record as Producer.undo_record makes it.
+                        n = producer.count
+                        ring = producer.ring
+                        at = n % ring_batches * ring_slot
+                        record((pid, producer, n, producer.chain_start, producer.last_sequence, base_seq,
+                                ring[at:at + ring_slot] if n >= ring_batches else None))
+                        base = hwm + rel
+                        ring_pack(ring, at, base_seq, last_seq, base, base + delta, now)
+                        producer.count = n + 1
+                        producer.last_sequence = last_seq
+                        producer.next_sequence = last_seq + 1
+                    else:
+                        if not fields_fit(req):
+                            raise bad_batch(object_key, i, req, file_size)
+                        if kind and not locked:
+                            raise _NeedLock()
+                        answer = verdict(producer, req)
+                        if answer != ACCEPT and answer != FRESH:  # an error, or a duplicate's original batch
+                            refused[i] = answer
+                            add_slot(slot)
+                            add_rel(-1)
+                            continue
+                        if answer == FRESH:
+                            record((pid, producer))
+                            producer = producers[pid] = Producer(epoch)
+                        if kind >= TXN_COMMIT:  # a marker: no sequence, its epoch only (see verdict)
+                            base_seq = last_seq = NO_SEQUENCE
+                            txn_events.append((slot, pid, kind, rel))
+                        else:
+                            if answer != FRESH:
+                                record(producer.undo_record(pid))  # type: ignore[union-attr]
+                            base = hwm + rel
+                            producer.append(base_seq, last_seq, base, base + delta, now)  # type: ignore[union-attr]
+                            if kind:
+                                txn_events.append((slot, pid, TXN_DATA, rel))
+            max_ts = req.batch_max_timestamp
+            entries.append(pack(i, rel, rel + delta, byte_offset, size, now, max_ts, ts_type, pid, epoch,
+                                base_seq, last_seq))
+            ts = now if ts_type == 1 else max_ts
+            if ts > max_effective:
+                max_effective = ts
+            add_slot(slot)
+            add_rel(rel)
+            rel += delta + 1
+            size_sum += size
+        if slot >= 0:
+            states[slot][:3] = rel, size_sum, max_effective
+            states[slot][6] = has_pid
+    except BaseException:
+        for st in states:
+            if st[5]:
+                restore(st[4].producers, st[5])
+        raise
+    # The runs: a partition's entries are relative to its first offset in this object, so a
+    # partition of RUN_MAX_BATCHES batches or fewer is one run as packed; a hot one is cut into
+    # runs whose entries are re-based on each run's first offset.
+    r_slot, r_first, r_last, r_count, r_bytes, r_max_ts, r_prod, blobs = [], [], [], [], [], [], [], []
+    for n, (end, size_sum, max_effective, entries, _log_state, _changes, has_pid) in enumerate(states, 1):
+        if not entries:
+            continue
+        if len(entries) <= RUN_MAX_BATCHES:  # one run, as packed (a list of one entry per batch)
+            runs = [(0, end - 1, entries, len(entries), size_sum, max_effective, has_pid)]
+        else:
+            runs = [(row[2], row[1], [row[7]], row[4], row[5], row[6], row[8])
+                    for row in _run_rows(0, 0, list(_run_entries(b"".join(entries), 0, 0)))]
+        for first, last, packed, count, size_sum, max_effective, producers_in in runs:
+            r_slot.append(n)
+            r_first.append(first)
+            r_last.append(last)
+            r_count.append(count)
+            r_bytes.append(size_sum)
+            r_max_ts.append(max_effective)
+            r_prod.append(producers_in)
+            blobs.extend(packed)
+    checked = [st[4] if st[6] and isinstance(st[4], _LogProducers) else None for st in states]
+    return _Packed(slots, rels, refused, list(keys), [st[0] for st in states], checked,
+                   [st[5] or None for st in states], txn_events, {
+        "tids": [k[0] for k in keys], "parts": _ints([k[1] for k in keys]),
+        "grow": _ints([st[0] for st in states]), "bytes": _ints([st[1] for st in states]),
+        "elog": _array(c.log_id if c is not None else None for c in checked),
+        "ehwm": _array(c.hwm if c is not None else None for c in checked),
+        "r_slot": _ints(r_slot), "r_first": _ints(r_first), "r_last": _ints(r_last),
+        "r_count": _ints(r_count), "r_bytes": _ints(r_bytes), "r_max_ts": _ints(r_max_ts),
+        "r_prod": _bools(r_prod), "blob": b"".join(blobs)})
+
+
+def _fold_refresh(rows: list[tuple], keys: list[tuple[uuid.UUID, int]], cached: list[_LogProducers | None]
+                  ) -> dict[tuple[uuid.UUID, int], _LogProducers | None]:
+    """The state of each partition after _REFRESH's rows (None: no such log). A cached state
+    brought forward incrementally is changed in place; otherwise a new one is built from the
+    snapshot rows. Producers the replayed runs change become dirty."""
+    out: dict[tuple[uuid.UUID, int], _LogProducers | None] = {k: None for k in keys}
+    by_slot: dict[int, tuple[_LogProducers, int]] = {}
+    for kind, slot, a, b, snap, since, blob in rows:
+        if kind == 0:
+            old = cached[slot - 1]
+            if since is not None and old is not None:
+                state, start = old, since
+            else:
+                state, start = _LogProducers(a, b, {}, set()), snap
+            state.hwm = b
+            by_slot[slot] = (state, start)
+            out[keys[slot - 1]] = state
+        elif kind == 1:
+            by_slot[slot][0].producers[a] = Producer.decode(b, bytes(blob))
+        else:
+            state, start = by_slot[slot]
+            producers, dirty = state.producers, state.dirty
+            for _i, rel_base, rel_last, _bo, _size, append_time, _ts, _tt, pid, epoch, base_seq, last_seq \
+                    in _RUN_ENTRY.iter_unpack(blob):
+                if pid >= 0 and b + rel_base >= start:
+                    replay(producers, pid, epoch, base_seq, last_seq, b + rel_base, b + rel_last, append_time)
+                    dirty.add(pid)
+    return out
 
 
 def _info(entry: tuple, object_key: str, tip: TopicIdPartition) -> BatchInfo:
@@ -496,12 +665,12 @@ def _run_rows(log_id: int, file_id: int, entries: list[tuple]) -> list[tuple]:
         except struct.error as err:
             raise CoordinatorException(f"a batch field outside Kafka's types ({err})") from None
         rows.append((log_id, run[-1][2], base, file_id, len(run), sum(e[4] for e in run),
-                     max(_effective_ts(e) for e in run), blob))
+                     max(_effective_ts(e) for e in run), blob, any(e[8] >= 0 for e in run)))
     return rows
 
 
 def _insert_runs(cur: psycopg.Cursor, rows: list[tuple]) -> None:
-    cur.execute(_INSERT_RUNS, tuple([r[i] for r in rows] for i in range(8)))
+    cur.execute(_INSERT_RUNS, tuple([r[i] for r in rows] for i in range(9)))
 
 
 def _entries_between(cur: psycopg.Cursor, log_id: int, lo: int, hi: int) -> list[tuple]:
@@ -563,48 +732,33 @@ def _cut_runs(cur: psycopg.Cursor, log_id: int, lo: int | None, hi: int | None) 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_STATE_BYTES = _ENTRY.size * PRODUCER_STATE_BATCHES
-# A stored state of n entries unpacked in one call (n = 1..5): half the CPU of iter_unpack, and a
-# commit reads ~900 of them in the bench's idempotent objects.
-_STATES = {n: struct.Struct(">" + _ENTRY.format.lstrip(">") * n) for n in range(1, PRODUCER_STATE_BATCHES + 1)}
+class _Snapshotter:
+    """Snapshots the producer state every ``interval_s`` from its own thread, off the commit
+    path (a snapshot of ~5,000 producers takes tens of milliseconds; no commit waits for it, except
+    on the row locks of the logs it updates, for the moment its short transaction holds them)."""
 
+    def __init__(self, coordinator: "PostgresBatchCoordinator", interval_s: float) -> None:
+        self._coordinator = weakref.ref(coordinator)
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kcli-coordinator-snapshot", daemon=True)
+        self._thread.start()
 
-class _PackedProducer:
-    """A producer's stored state kept as its bytes while its batches arrive in order.
-
-    A commit reads and rewrites the state of every (partition, producer) it touches (~900 in the
-    bench's idempotent objects): decoding each into a _Producer ring and encoding it back cost
-    ~5 ms of CPU per commit, and garbage-collector churn. ``next_sequence`` means what it means
-    for _Producer: set while the stored batches form one chain (each base <= its last, each base =
-    the previous last + 1), so a batch starting there is in order and no duplicate. Only such a
-    batch, or the first batch of a new producer, is appended here; for anything else the commit
-    loop decodes a _Producer and runs Kafka's full checks."""
-
-    __slots__ = ("blob", "epoch", "next_sequence")
-
-    def __init__(self, epoch: int, blob: bytes = b"") -> None:
-        self.epoch = epoch
-        self.blob = blob
-        self.next_sequence: int | None = None
-        layout = _STATES.get(len(blob) // _ENTRY.size)
-        if layout is None or layout.size != len(blob):  # empty (or not whole entries: the full checks)
-            return
-        values = layout.unpack(blob)
-        prev_last: int | None = None
-        for base_seq, last_seq in zip(values[0::5], values[1::5]):  # 5 fields an entry (_ENTRY)
-            if base_seq > last_seq or (prev_last is not None and base_seq != prev_last + 1):
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            coordinator = self._coordinator()
+            if coordinator is None:
                 return
-            prev_last = last_seq
-        self.next_sequence = prev_last + 1
+            try:
+                coordinator._snapshot_producers()
+            except (CoordinatorException, psycopg.Error, PoolTimeout):
+                pass  # the database is away: the state stays dirty, the next pass writes it
+            del coordinator
 
-    def append(self, base_seq: int, last_seq: int, base_offset: int, last_offset: int, append_time: int) -> None:
-        """Only for a new producer or a batch at ``next_sequence`` (see the class docstring)."""
-        blob = self.blob + _ENTRY.pack(base_seq, last_seq, base_offset, last_offset, append_time)
-        self.blob = blob[-_STATE_BYTES:] if len(blob) > _STATE_BYTES else blob
-        self.next_sequence = last_seq + 1 if base_seq <= last_seq else None
-
-    def encode(self) -> bytes:
-        return self.blob
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _rollback(conn: psycopg.Connection) -> None:
@@ -655,11 +809,13 @@ class PostgresBatchCoordinator(BatchCoordinator):
 
     Configs (``diskless.coordinator.`` stripped): ``url`` (``postgresql://user@host:port/db``),
     ``pool.min.size`` (1), ``pool.max.size`` (4), ``pool.timeout.ms`` (10000),
-    ``connect.timeout.ms`` (5000), ``statement.timeout.ms`` (30000). Thread-safe.
+    ``connect.timeout.ms`` (5000), ``statement.timeout.ms`` (30000),
+    ``producer.snapshot.interval.ms`` (60000: how often the producer state changed in memory is
+    snapshotted to the database, which bounds what a restart or another broker replays). Thread-safe.
     """
 
     CONFIGS = frozenset({"url", "pool.min.size", "pool.max.size", "pool.timeout.ms", "connect.timeout.ms",
-                         "statement.timeout.ms"})
+                         "statement.timeout.ms", "producer.snapshot.interval.ms"})
 
     def __init__(
         self,
@@ -675,6 +831,11 @@ class PostgresBatchCoordinator(BatchCoordinator):
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._pool_timeout_ms = 10_000
         self._lock = threading.Lock()
+        # Producer state in memory, by partition (see _LogProducers), as of each log's high
+        # watermark when this instance last committed or looked; _producers_lock guards it.
+        self._states: dict[tuple[uuid.UUID, int], _LogProducers] = {}
+        self._producers_lock = threading.RLock()
+        self._snapshotter: _Snapshotter | None = None
         if url is not None:
             self.configure({"url": url, **settings})
 
@@ -696,6 +857,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         pool_timeout_ms = _positive_int(configs, "pool.timeout.ms", 10_000)
         connect_timeout_s = max(1, -(-_positive_int(configs, "connect.timeout.ms", 5000) // 1000))  # libpq: seconds
         statement_timeout_ms = _positive_int(configs, "statement.timeout.ms", 30_000)
+        snapshot_interval_ms = _positive_int(configs, "producer.snapshot.interval.ms", PRODUCER_SNAPSHOT_INTERVAL_MS)
         with self._lock:
             self.close()
             self._url = url
@@ -729,8 +891,21 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 reconnect_timeout=max(pool_timeout_ms / 1000, 1.0), name="kcli-coordinator", open=False,
             )
             self._pool.open(wait=False)
+            if not self._read_only:
+                self._snapshotter = _Snapshotter(self, snapshot_interval_ms / 1000)
 
     def close(self) -> None:
+        snapshotter, self._snapshotter = self._snapshotter, None
+        if snapshotter is not None:
+            snapshotter.stop()
+            try:  # a clean shutdown leaves less to replay
+                self._snapshot_producers()
+            except CoordinatorException:
+                pass
+            except (psycopg.Error, PoolTimeout):
+                pass  # the next open replays instead
+        with self._producers_lock:
+            self._states.clear()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=5.0)
@@ -819,6 +994,25 @@ class PostgresBatchCoordinator(BatchCoordinator):
         return {(tid, part): (log_id, name, lso, hwm, size) for log_id, tid, part, name, lso, hwm, size in rows}
 
     @staticmethod
+    def _entries(cur: psycopg.Cursor, log_id: int, after: int = -1, below: int | None = None,
+                 first_chunk: int = FIND_CHUNK) -> Iterator[tuple]:
+        """The log's batches (run entries, absolute) from the run ending after ``after`` on, in
+        offset order, read a chunk of runs at a time (growing 8x up to FIND_CHUNK) while the
+        caller keeps taking them; runs ending at or after ``below`` are not read."""
+        limit = first_chunk
+        while True:
+            chunk = cur.execute(
+                "SELECT last_offset, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
+                " AND last_offset > %s AND last_offset < %s ORDER BY last_offset LIMIT %s",
+                (log_id, after, (1 << 63) - 1 if below is None else below, limit)).fetchall()
+            for _last, blob, base, file_id in chunk:
+                yield from _run_entries(blob, base, file_id)
+            if len(chunk) < limit:
+                return
+            after = chunk[-1][0]
+            limit = min(limit * 8, FIND_CHUNK)
+
+    @staticmethod
     def _lock_logs_of_topics(cur: psycopg.Cursor, topic_ids: list[uuid.UUID]) -> list[tuple[int, uuid.UUID, int]]:
         return cur.execute(
             "SELECT log_id, topic_id, partition FROM logs WHERE topic_id = ANY(%s) ORDER BY log_id FOR UPDATE",
@@ -873,16 +1067,10 @@ class PostgresBatchCoordinator(BatchCoordinator):
 
     @_guarded
     def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
-        tids, parts, names = [], [], []
-        for req in requests:
-            if req.num_partitions < 0:
-                raise CoordinatorException(f"topic {req.topic_name}: negative partition count {req.num_partitions}")
-            for p in range(req.num_partitions):
-                tids.append(req.topic_id)
-                parts.append(p)
-                names.append(req.topic_name)
-        if not tids:
+        rows = partition_rows(requests)
+        if not rows:
             return
+        tids, parts, names = ([r[i] for r in rows] for i in range(3))
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO logs (topic_id, partition, topic_name)"
@@ -901,234 +1089,226 @@ class PostgresBatchCoordinator(BatchCoordinator):
         *,
         require_intent: bool = False,
     ) -> list[CommitBatchResponse]:
-        if not isinstance(object_key, str) or not object_key:
-            raise CoordinatorException(f"invalid commit: object key {object_key!r}")
-        if file_size < 0:
-            raise CoordinatorException(f"invalid commit of {object_key}: file size {file_size}")
+        check_commit(object_key, file_size)
         if len(batches) >= MAX_BATCHES_PER_OBJECT:
             raise CoordinatorException(f"invalid commit of {object_key}: {len(batches)} batches in one object")
         if self._read_only:
             raise CoordinatorException(f"coordinator {self.path} is open read-only (readonly)")
         now = self._clock()
+        args = (object_key, uploader_broker_id, file_size, batches, now, require_intent)
         try:
-            plain = _pack_plain(object_key, file_size, batches, now)
+            packed = _pack(object_key, file_size, batches, now)
+            if packed is not None:  # no producer ids: no state to check
+                return self._commit_once(packed, *args)
+            # Idempotent: checked against the producer state in memory, then one statement that
+            # writes only if no log moved on meanwhile; otherwise under the logs' locks. A broker
+            # commits its objects one at a time (in object order), so holding this lock costs it
+            # nothing; it keeps the memory consistent with what each statement checked.
+            with self._producers_lock:
+                try:
+                    packed = _pack(object_key, file_size, batches, now, self._cached_state)
+                except _NeedLock:
+                    return self._commit_locked(*args)
+                assert packed is not None
+                try:
+                    answer = self._commit_once(packed, *args)
+                except BaseException:
+                    packed.undo()  # not written (or not known to be): memory as it was
+                    raise
+                if answer is not None:
+                    return answer
+                packed.undo()  # stale: nothing written; checked again under the logs' locks
+                return self._commit_locked(*args)
         except struct.error as err:  # a field that does not fit its run entry (see _RUN_ENTRY)
             raise CoordinatorException(f"invalid commit of {object_key}: a batch field outside Kafka's types"
                                        f" ({err})") from None
-        if plain is not None:
-            return self._commit_plain(object_key, uploader_broker_id, file_size, batches, now, require_intent, plain)
-        # Each partition of the object gets a slot (0, 1, ...); batches and producers refer to it,
-        # so the loops below hash ints, not UUIDs (Python-level hashing: ~1 ms per 1,000 batches).
-        # An object's batches share their TopicIdPartition objects, hence the lookup by identity.
-        keys: dict[tuple[uuid.UUID, int], int] = {}
-        by_tip: dict[int, int] = {}
-        slots: list[int] = []
-        pairs: set[tuple[int, int]] = set()  # (slot, producer id) of the idempotent batches
-        prev = slot = None
-        for i, req in enumerate(batches):
-            tip = req.topic_id_partition
-            if tip is not prev:  # batches come grouped by partition: one lookup per group
-                slot = by_tip.get(id(tip))
-                if slot is None:
-                    slot = by_tip[id(tip)] = _new_slot(keys, tip, object_key, i)
-                prev = tip
-            slots.append(slot)
-            if req.producer_id >= 0:
-                pairs.add((slot, req.producer_id))
-        # Round trips cost most under load (each wakes the server and this process): the
-        # statements before the Python checks go in one pipeline, the writes after them (the
-        # runs, the logs' new high watermarks, producer state) go with the COMMIT in another.
+
+    def _cached_state(self, key: tuple[uuid.UUID, int]) -> _LogProducers:
+        state = self._states.get(key)
+        if state is None:
+            raise _NeedLock()
+        return state
+
+    def _commit_once(self, packed: _Packed, object_key: str, uploader_broker_id: int, file_size: int,
+                     batches: list[CommitBatchRequest], now: int, require_intent: bool
+                     ) -> list[CommitBatchResponse] | None:
+        """_COMMIT as its own transaction, one round trip; None when it was stale (nothing written)."""
+        with self._conn() as conn:
+            rows = conn.execute(_COMMIT, {
+                "key": object_key, "uploader": uploader_broker_id, "size": file_size, "now": now,
+                "require": require_intent, **packed.params}).fetchall()
+        if rows[0][2]:
+            return None
+        return self._answer(object_key, batches, packed, rows, now, require_intent)
+
+    def _commit_locked(self, object_key: str, uploader_broker_id: int, file_size: int,
+                       batches: list[CommitBatchRequest], now: int, require_intent: bool) -> list[CommitBatchResponse]:
+        """The commit under its logs' row locks (transactional batches, producer state not in
+        memory, or another broker's commit to the same partitions since): the state is brought up
+        to date while the locks hold (only the runs committed since, in the usual case), the
+        batches are checked against it, then the same statement writes (it cannot be stale now),
+        and the transactions' rows, in the same transaction."""
+        keys = list(dict.fromkeys((r.topic_id_partition.topic_id, r.topic_id_partition.partition) for r in batches
+                                  if isinstance(r.topic_id_partition, TopicIdPartition)))
         with self._conn() as conn, conn.cursor() as cur:
             try:
-                return self._commit(conn, cur, object_key, uploader_broker_id, file_size, batches, keys, slots,
-                                    sorted(pairs), now, require_intent)
-            except struct.error as err:  # a field that does not fit its run entry (see _RUN_ENTRY)
-                _rollback(conn)
-                raise CoordinatorException(f"invalid commit of {object_key}: a batch field outside Kafka's types"
-                                           f" ({err})") from None
+                lock_cur, refresh_cur = conn.cursor(), conn.cursor(binary=True)
+                cached = [self._states.get(k) for k in keys]
+                with conn.pipeline():
+                    cur.execute("BEGIN")
+                    lock_cur.execute(_LOCK_LOGS, ([k[0] for k in keys], [k[1] for k in keys]))
+                    self._execute_refresh(refresh_cur, keys, cached)
+                states = self._install_refresh(keys, cached, refresh_cur.fetchall())
+                packed = None
+                packed = _pack(object_key, file_size, batches, now, states.__getitem__, locked=True)
+                assert packed is not None
+                txn = None
+                if packed.txn_events:
+                    events = [TxnEvent(packed.checked[slot].log_id, pid, kind, packed.checked[slot].hwm + rel)
+                              for slot, pid, kind, rel in packed.txn_events]
+                    txn = self._txn_changes(cur, events)
+                rows = cur.execute(_COMMIT, {
+                    "key": object_key, "uploader": uploader_broker_id, "size": file_size, "now": now,
+                    "require": require_intent, **packed.params}).fetchall()
+                if rows[0][0] is None:
+                    raise intent_gone(object_key) if require_intent and not rows[0][1] else already_committed(object_key)
+                with conn.pipeline():
+                    if txn is not None:
+                        self._write_txn_changes(cur, txn)
+                    cur.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
+                if packed is not None:
+                    packed.undo()
                 raise
+        answer = self._answer(object_key, batches, packed, rows, now, require_intent)
+        assert answer is not None
+        return answer
 
-    def _commit_plain(self, object_key: str, uploader_broker_id: int, file_size: int,
-                      batches: list[CommitBatchRequest], now: int, require_intent: bool,
-                      plain: _PlainCommit) -> list[CommitBatchResponse]:
-        """A commit without producer ids: one statement (_COMMIT_PLAIN), one round trip."""
-        with self._conn() as conn:
-            rows = conn.execute(_COMMIT_PLAIN, {
-                "key": object_key, "uploader": uploader_broker_id, "size": file_size, "now": now,
-                "require": require_intent, **plain.params}).fetchall()
+    def _answer(self, object_key: str, batches: list[CommitBatchRequest], packed: _Packed, rows: list[tuple],
+                now: int, require_intent: bool) -> list[CommitBatchResponse]:
+        """The responses of a written commit, from the high watermarks its statement returned;
+        the producer state in memory moves on with it (the copies the commit changed go in)."""
         file_id, intent = rows[0][:2]
         if file_id is None:
             if require_intent and not intent:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
-            raise CoordinatorException(f"object {object_key} is already committed")
-        count = plain.slot_count
+                raise intent_gone(object_key)
+            raise already_committed(object_key)
+        count = len(packed.keys)
         bases: list[int | None] = [None] * count
         starts = [0] * count
-        for _fid, _intent, slot, hwm, lso in rows:
+        log_ids = [0] * count
+        for _fid, _intent, _stale, slot, log_id, hwm, lso in rows:
             if slot is not None:
-                bases[slot - 1], starts[slot - 1] = hwm, lso
-        ok, unknown = CommitBatchResponse, CommitBatchResponse.of_error
-        return [unknown(UNKNOWN_TOPIC_OR_PARTITION, req) if bases[slot] is None else
-                ok(NONE, bases[slot] + rel, now, starts[slot], False, req)  # type: ignore[operator]
-                for req, slot, rel in zip(batches, plain.slots, plain.rels)]
+                bases[slot - 1], starts[slot - 1], log_ids[slot - 1] = hwm, lso, log_id
+        with self._producers_lock:
+            states = self._states
+            for slot, key in enumerate(packed.keys):
+                state = states.get(key)
+                if state is None or bases[slot] is None:
+                    continue
+                changes = packed.changes[slot]
+                if state.log_id == log_ids[slot] and state.hwm == bases[slot] \
+                        and (not changes or state is packed.checked[slot]):
+                    # Plain batches change no producer; checked ones changed this state in place.
+                    if changes:
+                        state.dirty.update(map(_PID_OF_CHANGE, changes))
+                    state.hwm = bases[slot] + packed.grow[slot]  # type: ignore[operator]
+                elif changes:
+                    del states[key]  # cannot happen (the statement checked it); never keep a doubt
+            packed.changes = [None] * count  # kept: nothing left to undo
+        ok, unknown, refused = CommitBatchResponse, CommitBatchResponse.of_error, packed.refused
+        none = ErrorCode.none
+        out = []
+        add = out.append
+        for i, (req, slot, rel) in enumerate(zip(batches, packed.slots, packed.rels)):
+            base = bases[slot]
+            if base is None:
+                add(unknown(ErrorCode.unknown_topic_or_partition, req))
+            elif rel >= 0:
+                add(ok(none, base + rel, now, starts[slot], False, req))
+            else:
+                answer = refused[i]  # a duplicate gets the original batch's answer
+                out.append(ok(ErrorCode.none, answer[2], answer[4], starts[slot], True, req)
+                           if isinstance(answer, tuple) else unknown(answer, req))
+        return out
 
-    def _commit(self, conn: psycopg.Connection, cur: psycopg.Cursor, object_key: str, uploader_broker_id: int,
-                file_size: int, batches: list[CommitBatchRequest], keys: dict[tuple[uuid.UUID, int], int],
-                slots: list[int], pairs: list[tuple[int, int]], now: int,
-                require_intent: bool = False) -> list[CommitBatchResponse]:
-        file_cur, log_cur, producer_cur = conn.cursor(), conn.cursor(), conn.cursor(binary=True)
-        with conn.pipeline():
-            cur.execute("BEGIN")
-            file_cur.execute(
-                # The intent's row lock orders this against claim_orphans: with require_intent,
-                # a commit whose intent was claimed inserts nothing.
-                "WITH intent AS (DELETE FROM upload_intents WHERE object_key = %(key)s RETURNING 1),"
-                " file AS (INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at)"
-                " SELECT %(key)s::text, %(uploader)s::integer, %(size)s::bigint, 0, 'uploaded', %(now)s::bigint"
-                " WHERE NOT %(require)s::boolean OR EXISTS (SELECT 1 FROM intent)"
-                " ON CONFLICT (object_key) DO NOTHING RETURNING file_id)"
-                " SELECT (SELECT file_id FROM file), EXISTS (SELECT 1 FROM intent)",
-                {"key": object_key, "uploader": uploader_broker_id, "size": file_size, "now": now,
-                 "require": require_intent},
-            )
-            topic_ids, partitions = [k[0] for k in keys], [k[1] for k in keys]
-            log_cur.execute(_LOCK_LOGS, (topic_ids, partitions))
-            if pairs:
-                # Runs after the lock above (a pipeline keeps the order): the state read is current.
-                producer_cur.execute(_READ_PRODUCERS, (topic_ids, partitions, [p[0] + 1 for p in pairs],
-                                                       [p[1] for p in pairs]), prepare=False)
-        row = file_cur.fetchone()
-        if row[0] is None:
-            if require_intent and not row[1]:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
-            raise CoordinatorException(f"object {object_key} is already committed")
-        file_id = row[0]
-        # By slot: [topic_id, topic_name, hwm, byte size, hwm before, byte size before, packed run
-        # entries, max effective timestamp, log_id, log start offset]; None for an unknown partition.
-        sts: list[list | None] = [None] * len(keys)
-        for log_id, tid, part, name, lso, hwm, size in log_cur.fetchall():
-            sts[keys[(tid, part)]] = [tid, name, hwm, size, hwm, size, [], NO_TIMESTAMP, log_id, lso]
-        producers: dict[tuple[int, int], _Producer | _PackedProducer] = {}
-        if pairs:
-            for log_id, pid, epoch, blob in producer_cur.fetchall():
-                producers[(log_id, pid)] = _PackedProducer(epoch, bytes(blob))
-        stored = set(producers)  # rows to UPDATE; the others are INSERTed
-        changed_producers: set[tuple[int, int]] = set()
-        responses: list[CommitBatchResponse] = []
-        txn_events: list[TxnEvent] = []
-        pack = _RUN_ENTRY.pack
-        for i, req in enumerate(batches):
-            size, byte_offset, delta, ts_type = req.size, req.byte_offset, req.last_offset - req.base_offset, \
-                req.message_timestamp_type
-            if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
-                    or ts_type not in _TIMESTAMP_TYPES:
-                raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
-            st = sts[slots[i]]
-            if st is None:
-                responses.append(CommitBatchResponse.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
-                continue
-            lso = st[9]
-            base = st[2]  # the batch's offsets if it is accepted (a refused one changes nothing)
-            last = base + delta
-            pid = req.producer_id
-            base_seq, last_seq = req.base_sequence, req.last_sequence
-            if pid >= 0:
-                epoch = req.producer_epoch
-                if not (-0x8000 <= epoch <= 0x7FFF and -0x80000000 <= base_seq <= INT32_MAX
-                        and -0x80000000 <= last_seq <= INT32_MAX):
-                    raise CoordinatorException(
-                        f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
-                log_id = st[8]
-                producer = producers.get((log_id, pid))
-                kind = req.transaction
-                if kind >= TXN_COMMIT:  # a marker: no sequence; only the epoch is checked
-                    if producer is not None and epoch < producer.epoch:
-                        responses.append(CommitBatchResponse.of_error(INVALID_PRODUCER_EPOCH, req))
-                        continue
-                    if producer is None or epoch > producer.epoch:
-                        producers[(log_id, pid)] = _PackedProducer(epoch)
-                        changed_producers.add((log_id, pid))
-                    base_seq = last_seq = NO_SEQUENCE
-                    txn_events.append(TxnEvent(log_id, pid, kind, base))
-                else:
-                    if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
-                        if type(producer) is _PackedProducer:  # not simply the next batch: the full ring
-                            producer = producers[(log_id, pid)] = _Producer.decode(producer.epoch, producer.blob)
-                        verdict = SqliteBatchCoordinator._check_producer(producer, req)
-                        if verdict != NONE:  # a duplicate gets the original batch's answer
-                            responses.append(CommitBatchResponse(NONE, verdict[2], verdict[4], lso, True, req)
-                                             if isinstance(verdict, tuple) else
-                                             CommitBatchResponse.of_error(verdict, req))
-                            continue
-                        if epoch != producer.epoch:
-                            producer = None  # a bumped epoch starts afresh
-                    if producer is None:
-                        producer = producers[(log_id, pid)] = _PackedProducer(epoch)
-                    producer.append(base_seq, last_seq, base, last, now)
-                    changed_producers.add((log_id, pid))
-                    if kind:
-                        txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
-            st[2] = last + 1
-            st[3] += size
-            max_ts = req.batch_max_timestamp
-            hwm = st[4]  # the run's base offset: entries are relative to it
-            st[6].append(pack(i, base - hwm, last - hwm, byte_offset, size, now, max_ts, ts_type, pid,
-                              req.producer_epoch, base_seq, last_seq))
-            ts = now if ts_type == 1 else max_ts
-            if ts > st[7]:
-                st[7] = ts
-            responses.append(CommitBatchResponse(NONE, base, now, lso, False, req))
-        # One run per partition: a commit's batches of a log take consecutive offsets.
-        grown = sorted((st[8], st) for st in sts if st is not None and st[2] != st[4])
-        topic_bytes: dict[uuid.UUID, list] = {}
-        for _log_id, st in grown:
-            acc = topic_bytes.setdefault(st[0], [st[1], 0])
-            acc[1] += st[3] - st[5]
-        used = sum(acc[1] for acc in topic_bytes.values())
-        updated = sorted(changed_producers & stored)
-        inserted = sorted(changed_producers - stored)
-        txn = self._txn_changes(cur, txn_events) if txn_events else None
-        with conn.pipeline():
-            if txn is not None:
-                self._write_txn_changes(cur, txn)
-            if grown:
-                if all(len(g[1][6]) <= RUN_MAX_BATCHES for g in grown):
-                    cur.execute(_INSERT_RUNS, (
-                        [g[0] for g in grown], [g[1][2] - 1 for g in grown], [g[1][4] for g in grown],
-                        [file_id] * len(grown), [len(g[1][6]) for g in grown], [g[1][3] - g[1][5] for g in grown],
-                        [g[1][7] for g in grown], [b"".join(g[1][6]) for g in grown]))
-                else:  # a hot partition: its batches split into several runs
-                    _insert_runs(cur, [row for log_id, st in grown for row in _run_rows(
-                        log_id, file_id, list(_run_entries(b"".join(st[6]), st[4], file_id)))])
-                cur.execute(
-                    "UPDATE logs l SET high_watermark = v.hwm, byte_size = v.size"
-                    " FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS v (log_id, hwm, size)"
-                    " WHERE l.log_id = v.log_id",
-                    ([g[0] for g in grown], [g[1][2] for g in grown], [g[1][3] for g in grown]),
-                )
-            if used:
-                cur.execute("UPDATE files SET used_size = %s WHERE file_id = %s", (used, file_id))
-                tids = sorted(topic_bytes)
-                cur.execute(
-                    "INSERT INTO file_topics (file_id, topic_id, topic_name, committed_bytes, live_bytes)"
-                    " SELECT %s, t, n, s, s FROM unnest(%b::uuid[], %b::text[], %b::bigint[]) AS v (t, n, s)",
-                    (file_id, tids, [topic_bytes[t][0] for t in tids], [topic_bytes[t][1] for t in tids]),
-                )
-            else:  # nothing committed (all failed or duplicates): the object is garbage already
-                cur.execute("UPDATE files SET state = 'deleting', marked_for_deletion_at = %s WHERE file_id = %s",
-                            (now, file_id))
-            if updated:
-                cur.execute(_UPDATE_PRODUCERS, ([k[0] for k in updated], [k[1] for k in updated],
-                                                [producers[k].epoch for k in updated],
-                                                [producers[k].encode() for k in updated]))
-            if inserted:
-                cur.execute(_INSERT_PRODUCERS, ([k[0] for k in inserted], [k[1] for k in inserted],
-                                                [producers[k].epoch for k in inserted],
-                                                [producers[k].encode() for k in inserted]))
-            cur.execute("COMMIT")
-        return responses
+    @staticmethod
+    def _execute_refresh(cur: psycopg.Cursor, keys: list[tuple[uuid.UUID, int]],
+                         cached: list[_LogProducers | None]) -> None:
+        cur.execute(_REFRESH, ([k[0] for k in keys], [k[1] for k in keys],
+                               [None if c is None else c.log_id for c in cached],
+                               [None if c is None else c.hwm for c in cached]), prepare=False)
+
+    def _install_refresh(self, keys: list[tuple[uuid.UUID, int]], cached: list[_LogProducers | None],
+                         rows: list[tuple]) -> dict[tuple[uuid.UUID, int], _LogProducers | None]:
+        """_REFRESH's answer folded into memory (the caller holds _producers_lock)."""
+        states = _fold_refresh(rows, keys, cached)
+        for key, state in states.items():
+            if state is None:
+                self._states.pop(key, None)
+            else:
+                self._states[key] = state
+        return states
+
+    def _snapshot_producers(self) -> int:
+        """Write the producer state changed in memory since the last snapshot, as of each log's
+        high watermark in memory, and move the logs' snapshot offsets there; returns the logs
+        written. A log whose snapshot is already at or past that offset (another broker's, or a
+        deletion's) is left alone. The rows written cover every producer that changed since the
+        database's snapshot (ours, or one we loaded), so after it the rows are the state as of the
+        new offset. Called every ``producer.snapshot.interval.ms`` and on close."""
+        with self._producers_lock:
+            work = []
+            for state in self._states.values():
+                if state.dirty:
+                    work.append((state, state.hwm, state.dirty,
+                                 [(pid, state.producers[pid].epoch, state.producers[pid].encode())
+                                  for pid in sorted(state.dirty)]))
+                    state.dirty = set()
+        if not work:
+            return 0
+        try:
+            with self._tx() as cur:
+                work.sort(key=lambda w: w[0].log_id)
+                ids = [w[0].log_id for w in work]
+                cur.execute("SELECT log_id FROM logs WHERE log_id = ANY(%s) ORDER BY log_id FOR UPDATE", (ids,))
+                done = {row[0] for row in cur.execute(
+                    "UPDATE logs l SET producer_snapshot_offset = v.hwm FROM unnest(%b::bigint[], %b::bigint[])"
+                    " AS v (log_id, hwm) WHERE l.log_id = v.log_id AND l.producer_snapshot_offset < v.hwm"
+                    " RETURNING l.log_id", (ids, [w[1] for w in work])).fetchall()}
+                rows = [(state.log_id, pid, epoch, blob) for state, _hwm, _dirty, entries in work
+                        if state.log_id in done for pid, epoch, blob in entries]
+                if rows:
+                    cur.execute(_UPSERT_PRODUCERS, tuple([r[i] for r in rows] for i in range(4)))
+        except BaseException:
+            with self._producers_lock:
+                for state, _hwm, dirty, _entries in work:
+                    state.dirty |= dirty
+            raise
+        with self._producers_lock:
+            for state, _hwm, dirty, _entries in work:
+                if state.log_id not in done:
+                    state.dirty |= dirty  # not written: still to write (a superset is harmless)
+        return len(done)
+
+    @staticmethod
+    def _snapshot_log(cur: psycopg.Cursor, topic_id: uuid.UUID, partition: int) -> None:
+        """Snapshot one log's producer state at its high watermark, from the database alone
+        (the caller holds the log's row lock): before runs are deleted or rewritten, so that the
+        runs a state is rebuilt from are always intact (see _REFRESH). Producer state outlives
+        the batches, as Kafka's outlives its segments."""
+        cur.execute(_REFRESH, ([topic_id], [partition], [None], [None]), binary=True, prepare=False)
+        state = _fold_refresh(cur.fetchall(), [(topic_id, partition)], [None])[(topic_id, partition)]
+        if state is None:
+            return
+        if state.dirty:
+            pids = sorted(state.dirty)
+            cur.execute(_UPSERT_PRODUCERS, ([state.log_id] * len(pids), pids,
+                                            [state.producers[p].epoch for p in pids],
+                                            [state.producers[p].encode() for p in pids]))
+        cur.execute("UPDATE logs SET producer_snapshot_offset = high_watermark WHERE log_id = %s"
+                    " AND producer_snapshot_offset < high_watermark", (state.log_id,))
 
     @staticmethod
     def _txn_changes(cur: psycopg.Cursor, events: list[TxnEvent]) -> TxnChanges:
@@ -1164,8 +1344,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
     @_guarded
     def find_batches(self, requests: list[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
         out: list[FindBatchResponse] = []
-        remaining = fetch_max_bytes
-        min_one = True  # KIP-74: the first batch of the first non-empty partition always comes back
+        fetch = FetchBudget(fetch_max_bytes)
         if not requests:
             return out
         with self._conn() as conn:
@@ -1177,58 +1356,52 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 rows = conn.execute(
                     _FIND_FIRST, (req.offset, FIND_FIRST_CHUNK, req.offset, tip.topic_id, tip.partition)).fetchall()
                 if not rows:
-                    out.append(FindBatchResponse(UNKNOWN_TOPIC_OR_PARTITION, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
+                    out.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
                     continue
                 log_id, lso, hwm, first_open = rows[0][:4]
                 if req.offset < lso or req.offset > hwm:
-                    out.append(FindBatchResponse(OFFSET_OUT_OF_RANGE, [], lso, hwm))
+                    out.append(FindBatchResponse(ErrorCode.offset_out_of_range, [], lso, hwm))
                     continue
                 stable = hwm if first_open is None else min(first_open, hwm)
                 end = stable if req.read_committed else hwm
-                budget = min(req.max_partition_fetch_bytes, remaining)
+                budget = fetch.wants(req.max_partition_fetch_bytes)
                 found: list[BatchInfo] = []
-                if req.offset < end and (budget > 0 or min_one):
-                    taken = 0
-                    # (last offset, key, entries, base offset, file_id)
-                    chunk = [row[4:] for row in rows if row[4] is not None]
-                    limit = FIND_FIRST_CHUNK
-                    done = False
-                    while True:
-                        for _last, key, blob, base, file_id in chunk:
-                            # the first run may start before the offset
-                            for e in _entries_from(blob, base, file_id, req.offset):
-                                size = e[4]
-                                if e[1] >= end or (taken + size > budget and not (min_one and not found)):
-                                    done = True
-                                    break
-                                found.append(_info(e, key, tip))
-                                taken += size
-                                if taken >= budget:
-                                    done = True
-                                    break
-                            if done:
-                                break
-                        if done or len(chunk) < limit:
-                            break
-                        limit = min(limit * 8, FIND_CHUNK)
-                        chunk = conn.execute(
-                            "SELECT r.last_offset, f.object_key, r.batches, r.base_offset, r.file_id"
-                            " FROM (SELECT * FROM batch_runs"
-                            " WHERE log_id = %s AND last_offset > %s AND last_offset < %s ORDER BY last_offset"
-                            " LIMIT %s) r JOIN files f ON f.file_id = r.file_id ORDER BY r.last_offset",
-                            (log_id, chunk[-1][0], hwm, limit),
-                        ).fetchall()
-                    if found:
-                        min_one = False
-                        remaining -= taken
+                if req.offset < end and budget is not None:
+                    # (last offset, key, entries, base offset, file_id) of the first runs
+                    first = [row[4:] for row in rows if row[4] is not None]
+                    found = fetch.take(self._batches_from(conn, tip, log_id, req.offset, end, hwm, first),
+                                       _BYTE_SIZE, budget)
                 aborted: list[AbortedTransaction] = []
                 if req.read_committed and found:
                     aborted = [AbortedTransaction(*r) for r in conn.execute(
                         "SELECT producer_id, first_offset, last_offset FROM txn_aborted WHERE log_id = %s"
                         " AND last_offset >= %s AND first_offset <= %s ORDER BY first_offset",
                         (log_id, req.offset, found[-1].metadata.last_offset)).fetchall()]
-                out.append(FindBatchResponse(NONE, found, lso, hwm, stable, aborted))
+                out.append(FindBatchResponse(ErrorCode.none, found, lso, hwm, stable, aborted))
         return out
+
+    @staticmethod
+    def _batches_from(conn: psycopg.Connection, tip: TopicIdPartition, log_id: int, offset: int, end: int, hwm: int,
+                      chunk: list[tuple]) -> Iterator[BatchInfo]:
+        """The log's batches from the one holding ``offset`` up to ``end``: the runs read with the
+        log row first, then FIND_FIRST_CHUNK x 8 more runs per query, while the caller takes."""
+        limit = FIND_FIRST_CHUNK
+        while True:
+            for _last, key, blob, base, file_id in chunk:
+                for e in _entries_from(blob, base, file_id, offset):  # the first run may start before it
+                    if e[1] >= end:
+                        return
+                    yield _info(e, key, tip)
+            if len(chunk) < limit:
+                return
+            limit = min(limit * 8, FIND_CHUNK)
+            chunk = conn.execute(
+                "SELECT r.last_offset, f.object_key, r.batches, r.base_offset, r.file_id"
+                " FROM (SELECT * FROM batch_runs"
+                " WHERE log_id = %s AND last_offset > %s AND last_offset < %s ORDER BY last_offset"
+                " LIMIT %s) r JOIN files f ON f.file_id = r.file_id ORDER BY r.last_offset",
+                (log_id, chunk[-1][0], hwm, limit),
+            ).fetchall()
 
     @_guarded
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
@@ -1241,44 +1414,36 @@ class PostgresBatchCoordinator(BatchCoordinator):
                     (tip.topic_id, tip.partition),
                 ).fetchone()
                 if row is None:
-                    out.append(ListOffsetsResponse(UNKNOWN_TOPIC_OR_PARTITION, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
+                    out.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
                     continue
                 log_id, lso, hwm = row
-                ts = req.timestamp
-                if ts in (ListOffsetsRequest.EARLIEST_TIMESTAMP, ListOffsetsRequest.EARLIEST_LOCAL_TIMESTAMP):
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, lso))
-                elif ts == ListOffsetsRequest.LATEST_TIMESTAMP:
-                    latest = hwm
-                    if req.read_committed:
-                        first = conn.execute("SELECT min(first_offset) FROM txn_open WHERE log_id = %s",
-                                             (log_id,)).fetchone()[0]
-                        latest = hwm if first is None else min(first, hwm)
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, latest))
-                elif ts == ListOffsetsRequest.LATEST_TIERED_TIMESTAMP:
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))  # nothing tiered
-                else:
-                    hit = None
-                    if ts == ListOffsetsRequest.MAX_TIMESTAMP:
-                        # Batch granularity: the last offset of the earliest batch holding the max timestamp.
-                        row = conn.execute(
-                            "SELECT max_timestamp, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
-                            " ORDER BY max_timestamp DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone()
-                        if row is not None:
-                            hit = next((e[2], row[0]) for e in _run_entries(*row[1:])
-                                       if _effective_ts(e) == row[0])
-                    else:
-                        # The first batch whose timestamp reaches ts; its base offset.
-                        row = conn.execute(
-                            "SELECT batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
-                            " AND max_timestamp >= %s ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
-                        if row is not None:
-                            hit = next((e[1], _effective_ts(e)) for e in _run_entries(*row)
-                                       if _effective_ts(e) >= ts)
-                    if hit is None:
-                        out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
-                    else:
-                        out.append(ListOffsetsResponse(NONE, tip, hit[1], max(hit[0], lso)))
+                out.append(list_offsets_answer(tip, req, lso, hwm, functools.partial(self._stable, conn, log_id, hwm),
+                                               functools.partial(self._max_timestamp, conn, log_id),
+                                               functools.partial(self._first_at, conn, log_id)))
         return out
+
+    @staticmethod
+    def _stable(conn: psycopg.Connection, log_id: int, hwm: int) -> int:
+        first = conn.execute("SELECT min(first_offset) FROM txn_open WHERE log_id = %s", (log_id,)).fetchone()[0]
+        return hwm if first is None else min(first, hwm)
+
+    @staticmethod
+    def _max_timestamp(conn: psycopg.Connection, log_id: int) -> tuple[int, int] | None:
+        """(last offset, timestamp) of the earliest batch holding the log's largest timestamp."""
+        row = conn.execute("SELECT max_timestamp, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
+                           " ORDER BY max_timestamp DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone()
+        if row is None:
+            return None
+        return next((e[2], row[0]) for e in _run_entries(*row[1:]) if _effective_ts(e) == row[0])
+
+    @staticmethod
+    def _first_at(conn: psycopg.Connection, log_id: int, ts: int) -> tuple[int, int] | None:
+        """(base offset, timestamp) of the first batch whose timestamp reaches ``ts``."""
+        row = conn.execute("SELECT batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
+                           " AND max_timestamp >= %s ORDER BY last_offset LIMIT 1", (log_id, ts)).fetchone()
+        if row is None:
+            return None
+        return next((e[1], _effective_ts(e)) for e in _run_entries(*row) if _effective_ts(e) >= ts)
 
     @_guarded
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
@@ -1293,21 +1458,19 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 key = (tip.topic_id, tip.partition)
                 log = logs.get(key)
                 if log is None:
-                    out.append(DeleteRecordsResponse(UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET))
+                    out.append(DeleteRecordsResponse(ErrorCode.unknown_topic_or_partition, UNKNOWN_OFFSET))
                     continue
                 log_id, name, lso, hwm, size = log
-                target = hwm if req.offset == DeleteRecordsRequest.HIGH_WATERMARK else req.offset
-                if target < 0 or target > hwm:
-                    out.append(DeleteRecordsResponse(OFFSET_OUT_OF_RANGE, UNKNOWN_OFFSET))
+                target = delete_records_target(req, lso, hwm)
+                if isinstance(target, DeleteRecordsResponse):
+                    out.append(target)
                     continue
-                if target <= lso:
-                    out.append(DeleteRecordsResponse(NONE, lso))
-                    continue
+                self._snapshot_log(cur, tip.topic_id, tip.partition)
                 _count, freed = self._delete_batches(cur, log_id, tip.topic_id, target, freed_per_file)
                 cur.execute("UPDATE logs SET log_start_offset = %s, byte_size = byte_size - %s WHERE log_id = %s",
                             (target, freed, log_id))
                 logs[key] = (log_id, name, target, hwm, size - freed)
-                out.append(DeleteRecordsResponse(NONE, target))
+                out.append(DeleteRecordsResponse(ErrorCode.none, target))
             self._release_files(cur, freed_per_file, now)
         return out
 
@@ -1319,6 +1482,14 @@ class PostgresBatchCoordinator(BatchCoordinator):
         now = self._clock()
         with self._tx() as cur:
             self._drop_logs(cur, self._lock_logs_of_topics(cur, ids), now)
+        self._forget_states(lambda key: key[0] in ids)
+
+    def _forget_states(self, gone: Callable[[tuple[uuid.UUID, int]], bool]) -> None:
+        """Drop the producer state in memory of deleted logs (a re-created partition is a new log:
+        its state would be reloaded anyway, its log_id being new)."""
+        with self._producers_lock:
+            for key in [k for k in self._states if gone(k)]:
+                del self._states[key]
 
     def _drop_logs(self, cur: psycopg.Cursor, logs: list[tuple[int, uuid.UUID, int]], now: int) -> int:
         """Delete locked logs with their batches and producer state (cascade); batches deleted."""
@@ -1328,7 +1499,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
             deleted += self._delete_batches(cur, log_id, topic_id, None, freed_per_file)[0]
         if logs:
             cur.execute("DELETE FROM logs WHERE log_id = ANY(%s)", ([row[0] for row in logs],))
-            cur.execute("DELETE FROM kcli_meta WHERE key = ANY(%s)", ([_checkpoint_key(row[0]) for row in logs],))
+            cur.execute("DELETE FROM kcli_meta WHERE key = ANY(%s)", ([checkpoint_key(row[0]) for row in logs],))
         self._release_files(cur, freed_per_file, now)
         return deleted
 
@@ -1367,7 +1538,9 @@ class PostgresBatchCoordinator(BatchCoordinator):
         with self._tx() as cur:
             logs = self._lock_logs(cur, [(topic_id, p) for p in sorted(partitions)])
             rows = sorted((log[0], topic_id, part) for (_tid, part), log in logs.items())
-            return self._drop_logs(cur, rows, now)
+            deleted = self._drop_logs(cur, rows, now)
+        self._forget_states(lambda key: key[0] == topic_id and key[1] in partitions)
+        return deleted
 
     @_guarded
     def enforce_retention(
@@ -1382,49 +1555,24 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 key = (tip.topic_id, tip.partition)
                 log = logs.get(key)
                 if log is None:
-                    out.append(RetentionResult(tip, UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET, 0, 0))
+                    out.append(RetentionResult(tip, ErrorCode.unknown_topic_or_partition, UNKNOWN_OFFSET, 0, 0))
                     continue
                 log_id, name, lso, hwm, size = log
-                if retention_ms < 0 and (retention_bytes < 0 or size <= retention_bytes):
-                    out.append(RetentionResult(tip, NONE, lso, 0, 0))
+                if retention_nothing_to_do(retention_ms, retention_bytes, size):
+                    out.append(RetentionResult(tip, ErrorCode.none, lso, 0, 0))
                     continue
-                cutoff = None  # first offset kept
-                count = freed = 0
-                remaining = size
-                horizon = now_ms - retention_ms
-                after = -1
-                scanning = True
-                while scanning:
-                    chunk = cur.execute(
-                        "SELECT last_offset, batches, base_offset, file_id FROM batch_runs WHERE log_id = %s"
-                        " AND last_offset > %s ORDER BY last_offset LIMIT %s", (log_id, after, FIND_CHUNK)).fetchall()
-                    for _run_last, *run in chunk:
-                        for e in _run_entries(*run):
-                            bsize = e[4]
-                            by_time = retention_ms >= 0 and _effective_ts(e) < horizon
-                            # Kafka's size rule: drop a batch only if what stays is still >= retention.bytes.
-                            by_size = retention_bytes >= 0 and remaining - bsize >= retention_bytes
-                            if not (by_time or by_size):
-                                scanning = False
-                                break
-                            cutoff = e[2] + 1
-                            count += 1
-                            freed += bsize
-                            remaining -= bsize
-                        if not scanning:
-                            break
-                    if len(chunk) < FIND_CHUNK:
-                        break
-                    after = chunk[-1][0]
+                cutoff, count, freed = retention_cut(((e[2], e[4], _effective_ts(e)) for e in self._entries(cur, log_id)),
+                                                     size, retention_ms, retention_bytes, now_ms)
                 if cutoff is None:
-                    out.append(RetentionResult(tip, NONE, lso, 0, 0))
+                    out.append(RetentionResult(tip, ErrorCode.none, lso, 0, 0))
                     continue
+                self._snapshot_log(cur, tip.topic_id, tip.partition)
                 self._delete_batches(cur, log_id, tip.topic_id, cutoff, freed_per_file)
                 new_lso = max(lso, cutoff)
                 cur.execute("UPDATE logs SET log_start_offset = %s, byte_size = byte_size - %s WHERE log_id = %s",
                             (new_lso, freed, log_id))
                 logs[key] = (log_id, name, new_lso, hwm, size - freed)
-                out.append(RetentionResult(tip, NONE, new_lso, count, freed))
+                out.append(RetentionResult(tip, ErrorCode.none, new_lso, count, freed))
             self._release_files(cur, freed_per_file, now_ms)
         return out
 
@@ -1454,8 +1602,7 @@ class PostgresBatchCoordinator(BatchCoordinator):
         object_key: str | None = None,
         topic_id: uuid.UUID | None = None,
     ) -> list[FileInfo]:
-        if state is not None and state not in (FILE_STATE_UPLOADED, FILE_STATE_DELETING):
-            raise CoordinatorException(f"unknown file state {state!r} (expected uploaded or deleting)")
+        check_file_state(state)
         where, params = sql_filters((
             ("f.state = %s", state), ("f.object_key = %s", object_key),
             ("EXISTS (SELECT 1 FROM file_topics ft WHERE ft.file_id = f.file_id AND ft.topic_id = %s)", topic_id)))
@@ -1496,6 +1643,21 @@ class PostgresBatchCoordinator(BatchCoordinator):
         with self._conn() as conn:
             return {row[0] for row in conn.execute("SELECT object_key FROM files")}
 
+    # -- diskless replica caches ------------------------------------------------------------------
+
+    @_guarded
+    def report_replica_caches(self, broker_id: int, report: str) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO kcli_meta (key, value) VALUES (%s, %s)"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (f"replica.caches.{int(broker_id)}", report))
+
+    @_guarded
+    def replica_cache_reports(self) -> dict[int, str]:
+        with self._conn() as conn:
+            rows = conn.execute("SELECT key, value FROM kcli_meta WHERE key LIKE 'replica.caches.%%'").fetchall()
+        return {int(k.rsplit(".", 1)[1]): v for k, v in rows}
+
     # -- identity and upload intents -------------------------------------------------------------
 
     @_guarded
@@ -1506,22 +1668,18 @@ class PostgresBatchCoordinator(BatchCoordinator):
 
     @_guarded
     def claim_cluster_id(self, cluster_id: str) -> None:
-        if not isinstance(cluster_id, str) or not cluster_id:
-            raise CoordinatorException(f"invalid cluster id {cluster_id!r}")
+        check_cluster_id(cluster_id)
         with self._tx() as cur:
             # Two brokers claiming at once: the second waits on the key, then reads the first's.
             cur.execute("INSERT INTO kcli_meta (key, value) VALUES ('cluster_id', %s) ON CONFLICT (key) DO NOTHING",
                         (cluster_id,))
             stored = cur.execute("SELECT value FROM kcli_meta WHERE key = 'cluster_id'").fetchone()[0]
             if stored != cluster_id:
-                raise CoordinatorException(
-                    f"coordinator database {self.path} belongs to cluster {stored}, not to this broker's"
-                    f" cluster {cluster_id}")
+                raise foreign_cluster(self.path, stored, cluster_id)
 
     @_guarded
     def register_upload_intent(self, object_key: str, broker_id: int, time_ms: int) -> None:
-        if not isinstance(object_key, str) or not object_key:
-            raise CoordinatorException(f"invalid upload intent: object key {object_key!r}")
+        check_intent_key(object_key)
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO upload_intents (object_key, broker_id, created_at) VALUES (%s, %s, %s)"
@@ -1588,14 +1746,14 @@ class PostgresBatchCoordinator(BatchCoordinator):
             row = self._lock_logs(cur, [(tip.topic_id, tip.partition)]).get((tip.topic_id, tip.partition))
             gone = cur.execute("DELETE FROM upload_intents WHERE object_key = %s", (object_key,)).rowcount == 0
             if require_intent and gone:
-                raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+                raise intent_gone(object_key)
             try:
                 file_id = cur.execute(
                     "INSERT INTO files (object_key, uploader, file_size, used_size, state, committed_at,"
                     " marked_for_deletion_at) VALUES (%s, %s, %s, 0, 'deleting', %s, %s) RETURNING file_id",
                     (object_key, uploader_broker_id, file_size, now_ms, now_ms)).fetchone()[0]
             except psycopg.errors.UniqueViolation:
-                raise CoordinatorException(f"object {object_key} is already committed") from None
+                raise already_committed(object_key) from None
             if row is None or not replaced:
                 return False
             log_id, topic_name = row[0], row[1]
@@ -1604,6 +1762,8 @@ class PostgresBatchCoordinator(BatchCoordinator):
             live = {(e[2], e[0]) for e in _entries_between(cur, log_id, lo, hi)}
             if live != {(b.metadata.last_offset, b.batch_id) for b in replaced}:
                 return False  # the range changed since it was read: the new object is garbage
+            # Rewrites are never replayed into producer state: the runs they replace go below the snapshot.
+            self._snapshot_log(cur, tip.topic_id, tip.partition)
             freed_per_file = {(fid, tip.topic_id): size for fid, (size, _n) in _cut_runs(cur, log_id, lo, hi).items()}
             self._release_files(cur, freed_per_file, now_ms)
             used = sum(md.byte_size for md in batches)
@@ -1641,23 +1801,18 @@ class PostgresBatchCoordinator(BatchCoordinator):
     @_guarded
     def describe_producers(self, topic_id_partition: TopicIdPartition) -> list[ProducerInfo] | None:
         tip = topic_id_partition
-        with self._conn() as conn, conn.transaction():
-            row = conn.execute("SELECT log_id FROM logs WHERE topic_id = %s AND partition = %s",
-                               (tip.topic_id, tip.partition)).fetchone()
-            if row is None:
+        key = (tip.topic_id, tip.partition)
+        with self._producers_lock, self._conn() as conn, conn.transaction():
+            # the state in memory brought up to the high watermark (the runs since, in the usual case)
+            cached = [self._states.get(key)]
+            with conn.cursor(binary=True) as cur:
+                self._execute_refresh(cur, [key], cached)
+                state = self._install_refresh([key], cached, cur.fetchall())[key]
+            if state is None:
                 return None
-            states = {pid: (epoch, bytes(blob)) for pid, epoch, blob in conn.execute(
-                "SELECT producer_id, producer_epoch, batches FROM producer_state WHERE log_id = %s", (row[0],))}
             open_txns = dict(conn.execute(
-                "SELECT producer_id, first_offset FROM txn_open WHERE log_id = %s", (row[0],)).fetchall())
-        out = []
-        for pid in sorted(set(states) | set(open_txns)):
-            epoch, blob = states.get(pid, (NO_PRODUCER_EPOCH, b""))
-            batches = _Producer.decode(epoch, blob).batches
-            last = batches[-1] if batches else None
-            out.append(ProducerInfo(pid, epoch, last[1] if last else NO_SEQUENCE, last[4] if last else NO_TIMESTAMP,
-                                    open_txns.get(pid, UNKNOWN_OFFSET)))
-        return out
+                "SELECT producer_id, first_offset FROM txn_open WHERE log_id = %s", (state.log_id,)).fetchall())
+            return describe_producer_states(state.producers, open_txns)
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:
@@ -1673,12 +1828,4 @@ class PostgresBatchCoordinator(BatchCoordinator):
                 " coalesce(sum(f.file_size) FILTER (WHERE ft.live_bytes = 0), 0)"
                 " FROM file_topics ft JOIN files f ON f.file_id = ft.file_id GROUP BY ft.topic_id"
             ).fetchall()
-        out: dict[uuid.UUID, TopicStorageInfo] = {}
-        for tid, name, live, nfiles, fsize, ndead, dsize in stats:
-            out[tid] = TopicStorageInfo(tid, names.get(tid, name), int(live), nfiles, int(fsize), ndead, int(dsize))
-        for tid, name in names.items():
-            if tid not in out:
-                out[tid] = TopicStorageInfo(tid, name, 0, 0, 0, 0, 0)
-        result = [info for tid, info in out.items() if wanted is None or tid in wanted]
-        result.sort(key=lambda info: (info.topic, str(info.topic_id)))
-        return result
+        return topic_storage(names, stats, wanted, lambda tid: tid)

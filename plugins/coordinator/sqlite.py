@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
-import struct
 import threading
 import time
 import uuid
@@ -22,57 +21,51 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from kcli import faults
-from plugins.coordinator.base import (
-    FILE_STATE_DELETING,
-    AbortedTransaction,
-    FILE_STATE_UPLOADED,
-    INVALID_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
-    NO_TIMESTAMP,
-    NONE,
-    OFFSET_OUT_OF_RANGE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    TXN_COMMIT,
-    TXN_DATA,
-    UNKNOWN_OFFSET,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    BatchCoordinator,
-    BatchInfo,
-    BatchMetadata,
-    CommitBatchRequest,
-    CommitBatchResponse,
-    CoordinatorException,
-    CreateTopicAndPartitionsRequest,
-    DeleteFilesRequest,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    FileInfo,
-    FileToDelete,
-    FindBatchRequest,
-    FindBatchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    LogInfo,
-    ProducerInfo,
-    RetentionRequest,
-    RetentionResult,
-    TopicIdPartition,
-    TopicStorageInfo,
-    UploadIntent,
+from plugins.coordinator.base import AbortedTransaction, NO_SEQUENCE, NO_TIMESTAMP, TXN_COMMIT, TXN_DATA, UNKNOWN_OFFSET, BatchCoordinator, BatchInfo, BatchMetadata, CommitBatchRequest, CommitBatchResponse, CoordinatorException, CreateTopicAndPartitionsRequest, DeleteFilesRequest, DeleteRecordsRequest, DeleteRecordsResponse, FileInfo, FileToDelete, FindBatchRequest, FindBatchResponse, ListOffsetsRequest, ListOffsetsResponse, LogInfo, ProducerInfo, RetentionRequest, RetentionResult, TopicIdPartition, TopicStorageInfo, UploadIntent
+from plugins.coordinator.producers import (
+    ACCEPT,
+    FRESH,
+    INT32_MAX,
+    PRODUCER_SNAPSHOT_INTERVAL_MS,
+    PRODUCER_STATE_BATCHES,
+    RING,
+    RING_SLOT,
+    Producer as _Producer,
+    describe as describe_producer_states,
+    fields_fit,
+    replay,
+    verdict,
+)
+from plugins.coordinator.shared import (
+    TIMESTAMP_TYPES as _TIMESTAMP_TYPES,
+    FetchBudget,
+    already_committed,
+    bad_batch,
+    check_cluster_id,
+    check_commit,
+    check_file_state,
+    check_intent_key,
+    check_replacement,
+    checkpoint_key as _checkpoint_key,
+    delete_records_target,
+    foreign_cluster,
+    intent_gone,
+    list_offsets_answer,
+    not_a_partition,
+    partition_rows,
+    retention_cut,
+    retention_nothing_to_do,
+    sql_filters,
+    topic_storage,
 )
 from plugins.coordinator.txn import TxnEvent, apply_events
 
 SCHEMA_VERSION = 4
-PRODUCER_STATE_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
-PRODUCER_SNAPSHOT_INTERVAL_MS = 60_000  # bounds the batches replayed after a crash
-INT32_MAX = 0x7FFFFFFF
-_ENTRY = struct.Struct(">iiqqq")  # base_sequence, last_sequence, base_offset, last_offset, append_time
-_RING = struct.Struct("=5q")  # _ENTRY in memory (_Producer): 64-bit fields, as SQLite stores them
-_RING_BYTES = _RING.size * PRODUCER_STATE_BATCHES
-_TIMESTAMP_TYPES = frozenset((-1, 0, 1))
 _PRODUCER_ID = attrgetter("producer_id")
+_BYTE_SIZE = attrgetter("metadata.byte_size")
 
 # Tables whose layout changed in version 2 are created under a suffix during a migration and
 # renamed afterwards (SQLite's recommended way to change a table), hence the {t} placeholder.
@@ -237,63 +230,6 @@ class _Log:
         self.byte_size = byte_size
 
 
-class _Producer:
-    """Kafka's ProducerStateEntry: the epoch and the last 5 batches (for duplicate detection).
-
-    The batches (base_sequence, last_sequence, base_offset, last_offset, append_time) are packed
-    in one bytearray used as a ring (slot ``count % 5``) rather than kept as tuples: a commit
-    appends to producers last touched many commits ago, and reading five cached tuples and
-    freeing the oldest (with its int objects) cost cache misses, ~0.5 ms per 1,000 idempotent
-    batches. ``next_sequence`` spares the duplicate scan in the common case: while the cached
-    batches form one chain (each base sequence <= its last, each base = the previous last + 1),
-    a batch starting at the next sequence starts above every cached one, so it is in order and
-    no duplicate. Otherwise it is None and Kafka's full checks run (_check_producer). Every field
-    fits the ring: commit_file refuses sequences outside int32 (Kafka's type for them), and offsets
-    and times are int64.
-    """
-
-    __slots__ = ("epoch", "ring", "count", "chain_start", "last_sequence", "next_sequence")
-
-    def __init__(self, epoch: int, batches: Iterable[tuple[int, int, int, int, int]] = ()) -> None:
-        self.epoch = epoch
-        self.ring = bytearray(_RING_BYTES)
-        self.count = 0  # batches appended so far
-        self.chain_start = 0  # the batches appended from this one on form one chain
-        self.last_sequence = NO_SEQUENCE
-        self.next_sequence: int | None = None
-        for entry in batches:
-            self.append(*entry)
-
-    def append(self, base_seq: int, last_seq: int, base_offset: int, last_offset: int, append_time: int) -> None:
-        n = self.count
-        _RING.pack_into(self.ring, n % PRODUCER_STATE_BATCHES * _RING.size,
-                        base_seq, last_seq, base_offset, last_offset, append_time)
-        if base_seq > last_seq:
-            self.chain_start = n + 1
-        elif n == 0 or base_seq != self.last_sequence + 1:
-            self.chain_start = n
-        self.count = n = n + 1
-        self.last_sequence = last_seq
-        oldest = n - PRODUCER_STATE_BATCHES if n > PRODUCER_STATE_BATCHES else 0
-        self.next_sequence = last_seq + 1 if self.chain_start <= oldest else None
-
-    @property
-    def batches(self) -> list[tuple[int, int, int, int, int]]:
-        """The cached batches, oldest first."""
-        ring, n = self.ring, self.count
-        if n <= PRODUCER_STATE_BATCHES:
-            return list(_RING.iter_unpack(ring[:n * _RING.size]))
-        start = n % PRODUCER_STATE_BATCHES * _RING.size
-        return list(_RING.iter_unpack(ring[start:] + ring[:start]))
-
-    @classmethod
-    def decode(cls, epoch: int, blob: bytes) -> "_Producer":
-        return cls(epoch, _ENTRY.iter_unpack(blob))
-
-    def encode(self) -> bytes:
-        return b"".join(_ENTRY.pack(*entry) for entry in self.batches)
-
-
 class _ProducerStates:
     """Idempotence state of every (log, producer id), like Kafka's ProducerStateManager.
 
@@ -344,12 +280,7 @@ class _ProducerStates:
                     " ORDER BY b.batch_id",
                     (*ids, snapshot_id),
                 ):
-                    per_log = states.setdefault(log_id, {})
-                    producer = per_log.get(pid)
-                    if producer is None or producer.epoch != epoch:
-                        producer = per_log[pid] = _Producer(epoch)
-                    if base_seq != NO_SEQUENCE:  # else a transaction marker: it sets the epoch only
-                        producer.append(base_seq, last_seq, base, last, append_time)
+                    replay(states.setdefault(log_id, {}), pid, epoch, base_seq, last_seq, base, last, append_time)
                     dirty.add(log_id)
             self.map, self.dirty, self.snapshot_at_ms = states, dirty, now_ms
         return self.map
@@ -474,56 +405,6 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
         version = 3
     if version == 3:
         _migrate_v3(db)
-
-
-def _checkpoint_key(log_id: int) -> str:
-    """kcli_meta key of a log's cleaner checkpoint (no schema change for a small per-log value)."""
-    return f"cleaner.checkpoint.{log_id}"
-
-
-def sql_filters(conditions: Iterable[tuple[str, object]]) -> tuple[str, list]:
-    """``" WHERE a AND b"`` (or ``""``) and its parameters, from (clause, value) pairs: a pair whose
-    value is None is left out. The optional filters of a listing or a range delete, in either
-    database's placeholder style (the clauses carry their placeholders)."""
-    chosen = [(clause, value) for clause, value in conditions if value is not None]
-    where = " WHERE " + " AND ".join(clause for clause, _ in chosen) if chosen else ""
-    return where, [value for _, value in chosen]
-
-
-def check_replacement(tip: TopicIdPartition, replaced: list[BatchInfo], batches: list[BatchMetadata],
-                      file_size: int) -> None:
-    """CoordinatorException unless each rewrite keeps the offsets of one replaced batch, in order,
-    inside the object (shared by both coordinators: a malformed swap is a cleaner bug)."""
-    spans = {(b.metadata.base_offset, b.metadata.last_offset) for b in replaced}
-    if len(spans) != len(replaced):
-        raise CoordinatorException(f"replace_batches of {tip}: replaced batches repeat")
-    prev = -1
-    for i, md in enumerate(batches):
-        if (md.base_offset, md.last_offset) not in spans or md.base_offset <= prev:
-            raise CoordinatorException(
-                f"replace_batches of {tip}: rewrite {i} (offsets {md.base_offset}..{md.last_offset}) matches"
-                " no replaced batch in order")
-        if md.byte_size <= 0 or md.byte_offset < 0 or md.byte_offset + md.byte_size > file_size \
-                or md.timestamp_type not in _TIMESTAMP_TYPES:
-            raise CoordinatorException(f"replace_batches of {tip}: rewrite {i} lies outside the object or is malformed")
-        prev = md.last_offset
-
-
-def _describe_bad(req: CommitBatchRequest, file_size: int) -> str:
-    """Why a commit request is malformed (a broker bug, so the whole commit is refused)."""
-    if req.size <= 0 or req.byte_offset < 0 or req.byte_offset + req.size > file_size:
-        return (f"byte range [{req.byte_offset}, {req.byte_offset + req.size}) is empty or outside"
-                f" the object of {file_size} bytes")
-    if req.last_offset < req.base_offset:
-        return f"last offset {req.last_offset} before base offset {req.base_offset}"
-    if req.message_timestamp_type not in _TIMESTAMP_TYPES:
-        return f"unknown timestamp type {req.message_timestamp_type}"
-    return (f"producer epoch {req.producer_epoch} or sequences {req.base_sequence}..{req.last_sequence}"
-            " outside Kafka's int16 / int32")
-
-
-def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
-    return next_sequence == last_sequence + 1 or (last_sequence == INT32_MAX and next_sequence == 0)
 
 
 class _Checkpointer:
@@ -822,7 +703,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         ``require_intent``: refused if it was claimed as an orphan meanwhile."""
         gone = db.execute("DELETE FROM upload_intents WHERE object_key = ?", (object_key,)).rowcount == 0
         if require_intent and gone:
-            raise CoordinatorException(f"upload intent of {object_key} is gone: the object was claimed as an orphan")
+            raise intent_gone(object_key)
 
     @staticmethod
     def _log_row(db: sqlite3.Connection, topic_id: str, partition: int) -> tuple | None:
@@ -892,11 +773,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
     @_guarded
     def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
-        rows = []
-        for req in requests:
-            if req.num_partitions < 0:
-                raise CoordinatorException(f"topic {req.topic_name}: negative partition count {req.num_partitions}")
-            rows.extend((str(req.topic_id), p, req.topic_name) for p in range(req.num_partitions))
+        rows = [(str(tid), p, name) for tid, p, name in partition_rows(requests)]
         with self._tx() as db:
             db.executemany("INSERT OR IGNORE INTO logs (topic_id, partition, topic_name) VALUES (?, ?, ?)", rows)
             self._forget_logs()  # partitions cached as unknown may exist now
@@ -911,10 +788,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         *,
         require_intent: bool = False,
     ) -> list[CommitBatchResponse]:
-        if not isinstance(object_key, str) or not object_key:
-            raise CoordinatorException(f"invalid commit: object key {object_key!r}")
-        if file_size < 0:
-            raise CoordinatorException(f"invalid commit of {object_key}: file size {file_size}")
+        check_commit(object_key, file_size)
         now = self._clock()
         with self._tx() as db:
             # Both read the newest object rows: before this object's row exists.
@@ -929,7 +803,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     (object_key, uploader_broker_id, file_size, now, first_batch_id),
                 ).lastrowid
             except sqlite3.IntegrityError:
-                raise CoordinatorException(f"object {object_key} is already committed") from None
+                raise already_committed(object_key) from None
             dirty = self._producers.dirty
             # The loop runs once per batch, so it works on locals: the current log's high watermark
             # and byte size live in variables until the partition changes (brokers send an object's
@@ -946,6 +820,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             response = CommitBatchResponse
             ts_types = _TIMESTAMP_TYPES
             prev_tip: object = None
+            ring_pack, ring_slot, ring_batches = RING.pack_into, RING_SLOT, PRODUCER_STATE_BATCHES
             producer_batches = 0
             log: _Log | None = None
             log_id = lso = hwm = log_bytes = 0
@@ -974,63 +849,62 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 delta = req.last_offset - req.base_offset
                 if size <= 0 or byte_offset < 0 or byte_offset + size > file_size or delta < 0 \
                         or req.message_timestamp_type not in ts_types:
-                    raise CoordinatorException(f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
+                    raise bad_batch(object_key, i, req, file_size)
                 if log is None:
-                    respond(response.of_error(UNKNOWN_TOPIC_OR_PARTITION, req))
+                    respond(response.of_error(ErrorCode.unknown_topic_or_partition, req))
                     continue
                 pid = req.producer_id
                 if pid >= 0:
-                    epoch = req.producer_epoch
-                    base_seq = req.base_sequence
-                    last_seq = req.last_sequence
-                    if not (-0x8000 <= epoch <= 0x7FFF and -0x80000000 <= base_seq <= INT32_MAX
-                            and -0x80000000 <= last_seq <= INT32_MAX):
-                        raise CoordinatorException(
-                            f"invalid commit of {object_key}: batch {i}: {_describe_bad(req, file_size)}")
                     producer = per_log.get(pid)
-                    kind = req.transaction
-                    if kind >= TXN_COMMIT:  # a marker: no sequence; only the epoch is checked
-                        if producer is not None and epoch < producer.epoch:
-                            respond(response.of_error(INVALID_PRODUCER_EPOCH, req))
-                            continue
-                        if producer is None or epoch > producer.epoch:
-                            per_log[pid] = _Producer(epoch)
-                            dirty.add(log_id)
+                    base_seq, last_seq, epoch = req.base_sequence, req.last_sequence, req.producer_epoch
+                    if producer is not None and base_seq == producer.next_sequence and epoch == producer.epoch \
+                            and not req.transaction and base_seq <= last_seq <= INT32_MAX:
+                        # The fast path: the next batch of the producer's sequence (see Producer in
+                        # producers.py): appended as Producer.append would, without its checks.
                         base = hwm
                         hwm = last = base + delta
                         hwm += 1
                         log_bytes += size
+                        n = producer.count
+                        ring_pack(producer.ring, n % ring_batches * ring_slot, base_seq, last_seq, base, last, now)
+                        producer.count = n + 1
+                        producer.last_sequence = last_seq
+                        producer.next_sequence = last_seq + 1
+                        dirty.add(log_id)
                         add_row((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
-                                 req.message_timestamp_type, pid, epoch, NO_SEQUENCE, NO_SEQUENCE, batch_id))
-                        txn_events.append(TxnEvent(log_id, pid, kind, base))
+                                 req.message_timestamp_type, pid, epoch, base_seq, last_seq, batch_id))
                         producer_batches += 1
                         batch_id += 1
-                        respond(response(NONE, base, now, lso, False, req))
+                        respond(response(ErrorCode.none, base, now, lso, False, req))
                         continue
-                    if producer is not None and (base_seq != producer.next_sequence or epoch != producer.epoch):
-                        # Not simply the next batch of a clean sequence (see _Producer): Kafka's checks.
-                        verdict = self._check_producer(producer, req)
-                        if verdict != NONE:
-                            if isinstance(verdict, tuple):  # a duplicate: the original batch's answer
-                                respond(response(NONE, verdict[2], verdict[4], lso, True, req))
-                            else:
-                                respond(response.of_error(verdict, req))
-                            continue
-                        if epoch != producer.epoch:
-                            producer = None  # a bumped epoch starts afresh
+                    if not fields_fit(req):
+                        raise bad_batch(object_key, i, req, file_size)
+                    answer = verdict(producer, req)
+                    if answer != ACCEPT and answer != FRESH:
+                        if isinstance(answer, tuple):  # a duplicate: the original batch's answer
+                            respond(response(ErrorCode.none, answer[2], answer[4], lso, True, req))
+                        else:
+                            respond(response.of_error(answer, req))
+                        continue
+                    if answer == FRESH:
+                        producer = per_log[pid] = _Producer(epoch)
+                        dirty.add(log_id)
                     base = hwm
                     hwm = last = base + delta
                     hwm += 1
                     log_bytes += size
+                    kind = req.transaction
+                    if kind >= TXN_COMMIT:  # a marker: no sequence, its epoch only (see verdict)
+                        base_seq = last_seq = NO_SEQUENCE
+                        txn_events.append(TxnEvent(log_id, pid, kind, base))
+                    else:
+                        producer.append(base_seq, last_seq, base, last, now)
+                        dirty.add(log_id)
+                        if kind:
+                            txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
                     add_row((log_id, last, base, file_id, byte_offset, size, now, req.batch_max_timestamp,
                              req.message_timestamp_type, pid, epoch, base_seq, last_seq, batch_id))
-                    if producer is None:
-                        producer = per_log[pid] = _Producer(epoch)
-                    producer.append(base_seq, last_seq, base, last, now)
-                    dirty.add(log_id)
                     producer_batches += 1
-                    if kind:
-                        txn_events.append(TxnEvent(log_id, pid, TXN_DATA, base))
                 else:
                     base = hwm
                     hwm = last = base + delta
@@ -1040,7 +914,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                              req.message_timestamp_type, pid, req.producer_epoch, req.base_sequence,
                              req.last_sequence, batch_id))
                 batch_id += 1
-                respond(response(NONE, base, now, lso, False, req))
+                respond(response(ErrorCode.none, base, now, lso, False, req))
             if log is not None:
                 log.high_watermark, log.byte_size = hwm, log_bytes
             if rows:
@@ -1109,8 +983,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
     def _cached_log(self, db: sqlite3.Connection, tip: object, object_key: str, index: int) -> _Log | None:
         """The write-path cache entry of a partition's log (None: unknown partition)."""
         if not isinstance(tip, TopicIdPartition):
-            raise CoordinatorException(
-                f"invalid commit of {object_key}: batch {index}: topic_id_partition is not a TopicIdPartition")
+            raise not_a_partition(object_key, index)
         key = (str(tip.topic_id), tip.partition)
         if key in self._logs:
             return self._logs[key]
@@ -1118,34 +991,11 @@ class SqliteBatchCoordinator(BatchCoordinator):
         log = self._logs[key] = None if row is None else _Log(row[0], key[0], *row[1:])
         return log
 
-    @staticmethod
-    def _check_producer(producer: _Producer, req: CommitBatchRequest) -> int | tuple:
-        """Kafka's idempotence checks (ProducerAppendInfo): a duplicate returns the cached batch,
-        otherwise an error code (NONE when the batch may be appended)."""
-        epoch = req.producer_epoch
-        if epoch < producer.epoch:
-            return INVALID_PRODUCER_EPOCH
-        if epoch > producer.epoch:
-            # A bumped epoch must restart its sequence at 0.
-            if req.base_sequence != 0 and producer.epoch != NO_PRODUCER_EPOCH:
-                return OUT_OF_ORDER_SEQUENCE_NUMBER
-            return NONE
-        batches = producer.batches
-        for cached in batches:
-            if cached[0] == req.base_sequence and cached[1] == req.last_sequence:
-                return cached
-        if batches:
-            last_sequence = batches[-1][1]
-            if last_sequence != NO_SEQUENCE and not _in_sequence(last_sequence, req.base_sequence):
-                return OUT_OF_ORDER_SEQUENCE_NUMBER
-        return NONE
-
     @_guarded
     def find_batches(self, requests: list[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
         db = self._conn()
         out: list[FindBatchResponse] = []
-        remaining = fetch_max_bytes
-        min_one = True  # KIP-74: the first batch of the first non-empty partition always comes back
+        fetch = FetchBudget(fetch_max_bytes)
         db.execute("BEGIN")  # one snapshot for the whole fetch
         try:
             for req in requests:
@@ -1156,44 +1006,31 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     (tid, tip.partition),
                 ).fetchone()
                 if row is None:
-                    out.append(FindBatchResponse(UNKNOWN_TOPIC_OR_PARTITION, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
+                    out.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], UNKNOWN_OFFSET, UNKNOWN_OFFSET))
                     continue
                 log_id, lso, hwm = row
                 if req.offset < lso or req.offset > hwm:
-                    out.append(FindBatchResponse(OFFSET_OUT_OF_RANGE, [], lso, hwm))
+                    out.append(FindBatchResponse(ErrorCode.offset_out_of_range, [], lso, hwm))
                     continue
                 stable = self._stable_offset(db, log_id, hwm)
                 end = stable if req.read_committed else hwm
-                budget = min(req.max_partition_fetch_bytes, remaining)
+                budget = fetch.wants(req.max_partition_fetch_bytes)
                 found: list[BatchInfo] = []
-                if req.offset < end and (budget > 0 or min_one):
-                    taken = 0
+                if req.offset < end and budget is not None:
                     cursor = db.execute(
                         f"SELECT {_BATCH_COLUMNS} FROM batches b JOIN files f ON f.file_id = b.file_id"
                         " WHERE b.log_id = ? AND b.last_offset >= ? AND b.base_offset < ? ORDER BY b.last_offset",
                         (log_id, req.offset, end),
                     )
-                    for (batch_id, key, byte_offset, size, base, last, append_time, max_ts, ts_type,
-                         pid, epoch, base_seq, last_seq) in cursor:
-                        if taken + size > budget and not (min_one and not found):
-                            break
-                        found.append(BatchInfo(batch_id, key, BatchMetadata(
-                            tip, byte_offset, size, base, last, append_time, max_ts, ts_type, pid, epoch,
-                            base_seq, last_seq)))
-                        taken += size
-                        if taken >= budget:
-                            break
+                    found = fetch.take((self._batch_info(row, tip) for row in cursor), _BYTE_SIZE, budget)
                     cursor.close()
-                    if found:
-                        min_one = False
-                        remaining -= taken
                 aborted: list[AbortedTransaction] = []
                 if req.read_committed and found:
                     aborted = [AbortedTransaction(*r) for r in db.execute(
                         "SELECT producer_id, first_offset, last_offset FROM txn_aborted WHERE log_id = ?"
                         " AND last_offset >= ? AND first_offset <= ? ORDER BY first_offset",
                         (log_id, req.offset, found[-1].metadata.last_offset))]
-                out.append(FindBatchResponse(NONE, found, lso, hwm, stable, aborted))
+                out.append(FindBatchResponse(ErrorCode.none, found, lso, hwm, stable, aborted))
         finally:
             db.execute("COMMIT")
         return out
@@ -1212,40 +1049,18 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     key,
                 ).fetchone()
                 if row is None:
-                    out.append(ListOffsetsResponse(UNKNOWN_TOPIC_OR_PARTITION, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
+                    out.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
                     continue
                 log_id, lso, hwm = row
-                ts = req.timestamp
-                if ts in (ListOffsetsRequest.EARLIEST_TIMESTAMP, ListOffsetsRequest.EARLIEST_LOCAL_TIMESTAMP):
-                    # Diskless logs have no local/remote split: the earliest local offset is the earliest.
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, lso))
-                elif ts == ListOffsetsRequest.LATEST_TIMESTAMP:
-                    latest = self._stable_offset(db, log_id, hwm) if req.read_committed else hwm
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, latest))
-                elif ts == ListOffsetsRequest.LATEST_TIERED_TIMESTAMP:
-                    out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))  # nothing tiered
-                elif ts == ListOffsetsRequest.MAX_TIMESTAMP:
-                    # Batch granularity: the last offset of the earliest batch holding the max timestamp.
-                    hit = db.execute(
-                        f"SELECT last_offset, {_EFFECTIVE_TS} AS ts FROM batches WHERE log_id = ?"
-                        " ORDER BY ts DESC, last_offset ASC LIMIT 1",
-                        (log_id,),
-                    ).fetchone()
-                    if hit is None:
-                        out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
-                    else:
-                        out.append(ListOffsetsResponse(NONE, tip, hit[1], max(hit[0], lso)))
-                else:
-                    # Batch granularity: the first batch whose timestamp reaches ts; its base offset.
-                    hit = db.execute(
-                        f"SELECT base_offset, {_EFFECTIVE_TS} FROM batches WHERE log_id = ?"
-                        f" AND {_EFFECTIVE_TS} >= ? ORDER BY last_offset LIMIT 1",
-                        (log_id, ts),
-                    ).fetchone()
-                    if hit is None:
-                        out.append(ListOffsetsResponse(NONE, tip, NO_TIMESTAMP, UNKNOWN_OFFSET))
-                    else:
-                        out.append(ListOffsetsResponse(NONE, tip, hit[1], max(hit[0], lso)))
+                out.append(list_offsets_answer(
+                    tip, req, lso, hwm, lambda: self._stable_offset(db, log_id, hwm),
+                    # the earliest batch holding the max timestamp: its last offset
+                    lambda: db.execute(f"SELECT last_offset, {_EFFECTIVE_TS} AS ts FROM batches WHERE log_id = ?"
+                                       " ORDER BY ts DESC, last_offset ASC LIMIT 1", (log_id,)).fetchone(),
+                    # the first batch whose timestamp reaches ts: its base offset
+                    lambda ts: db.execute(f"SELECT base_offset, {_EFFECTIVE_TS} FROM batches WHERE log_id = ?"
+                                          f" AND {_EFFECTIVE_TS} >= ? ORDER BY last_offset LIMIT 1",
+                                          (log_id, ts)).fetchone()))
         finally:
             db.execute("COMMIT")
         return out
@@ -1261,19 +1076,16 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 key = (str(tip.topic_id), tip.partition)
                 row = self._log_row(db, *key)
                 if row is None:
-                    out.append(DeleteRecordsResponse(UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET))
+                    out.append(DeleteRecordsResponse(ErrorCode.unknown_topic_or_partition, UNKNOWN_OFFSET))
                     continue
                 log_id, _name, lso, hwm, _size = row
-                target = hwm if req.offset == DeleteRecordsRequest.HIGH_WATERMARK else req.offset
-                if target < 0 or target > hwm:
-                    out.append(DeleteRecordsResponse(OFFSET_OUT_OF_RANGE, UNKNOWN_OFFSET))
-                    continue
-                if target <= lso:
-                    out.append(DeleteRecordsResponse(NONE, lso))
+                target = delete_records_target(req, lso, hwm)
+                if isinstance(target, DeleteRecordsResponse):
+                    out.append(target)
                     continue
                 self._delete_batches(db, log_id, key[0], target, now)
                 db.execute("UPDATE logs SET log_start_offset = ? WHERE log_id = ?", (target, log_id))
-                out.append(DeleteRecordsResponse(NONE, target))
+                out.append(DeleteRecordsResponse(ErrorCode.none, target))
         return out
 
     @_guarded
@@ -1342,38 +1154,25 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 key = (str(tip.topic_id), tip.partition)
                 row = self._log_row(db, *key)
                 if row is None:
-                    out.append(RetentionResult(tip, UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_OFFSET, 0, 0))
+                    out.append(RetentionResult(tip, ErrorCode.unknown_topic_or_partition, UNKNOWN_OFFSET, 0, 0))
                     continue
                 log_id, _name, lso, _hwm, size = row
-                if retention_ms < 0 and (retention_bytes < 0 or size <= retention_bytes):
-                    out.append(RetentionResult(tip, NONE, lso, 0, 0))
+                if retention_nothing_to_do(retention_ms, retention_bytes, size):
+                    out.append(RetentionResult(tip, ErrorCode.none, lso, 0, 0))
                     continue
-                cutoff = None  # first offset kept
-                count = freed = 0
-                remaining = size
-                horizon = now_ms - retention_ms
                 cursor = db.execute(
                     f"SELECT last_offset, byte_size, {_EFFECTIVE_TS} FROM batches WHERE log_id = ? ORDER BY last_offset",
                     (log_id,),
                 )
-                for last, bsize, ts in cursor:
-                    by_time = retention_ms >= 0 and ts < horizon
-                    # Kafka's size rule: drop a batch only if what stays is still >= retention.bytes.
-                    by_size = retention_bytes >= 0 and remaining - bsize >= retention_bytes
-                    if not (by_time or by_size):
-                        break
-                    cutoff = last + 1
-                    count += 1
-                    freed += bsize
-                    remaining -= bsize
+                cutoff, count, freed = retention_cut(cursor, size, retention_ms, retention_bytes, now_ms)
                 cursor.close()
                 if cutoff is None:
-                    out.append(RetentionResult(tip, NONE, lso, 0, 0))
+                    out.append(RetentionResult(tip, ErrorCode.none, lso, 0, 0))
                     continue
                 self._delete_batches(db, log_id, key[0], cutoff, now_ms)
                 new_lso = max(lso, cutoff)
                 db.execute("UPDATE logs SET log_start_offset = ? WHERE log_id = ?", (new_lso, log_id))
-                out.append(RetentionResult(tip, NONE, new_lso, count, freed))
+                out.append(RetentionResult(tip, ErrorCode.none, new_lso, count, freed))
         return out
 
     @_guarded
@@ -1403,8 +1202,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
         object_key: str | None = None,
         topic_id: uuid.UUID | None = None,
     ) -> list[FileInfo]:
-        if state is not None and state not in (FILE_STATE_UPLOADED, FILE_STATE_DELETING):
-            raise CoordinatorException(f"unknown file state {state!r} (expected uploaded or deleting)")
+        check_file_state(state)
         db = self._conn()
         where, params = sql_filters((
             ("f.state = ?", state), ("f.object_key = ?", object_key),
@@ -1454,6 +1252,19 @@ class SqliteBatchCoordinator(BatchCoordinator):
     def known_object_keys(self) -> set[str]:
         return {row[0] for row in self._conn().execute("SELECT object_key FROM files")}
 
+    # -- diskless replica caches ------------------------------------------------------------------
+
+    @_guarded
+    def report_replica_caches(self, broker_id: int, report: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO kcli_meta (key, value) VALUES (?, ?)",
+                       (f"replica.caches.{int(broker_id)}", report))
+
+    @_guarded
+    def replica_cache_reports(self) -> dict[int, str]:
+        rows = self._conn().execute("SELECT key, value FROM kcli_meta WHERE key LIKE 'replica.caches.%'")
+        return {int(k.rsplit(".", 1)[1]): v for k, v in rows}
+
     # -- identity and upload intents -------------------------------------------------------------
 
     @_guarded
@@ -1463,21 +1274,17 @@ class SqliteBatchCoordinator(BatchCoordinator):
 
     @_guarded
     def claim_cluster_id(self, cluster_id: str) -> None:
-        if not isinstance(cluster_id, str) or not cluster_id:
-            raise CoordinatorException(f"invalid cluster id {cluster_id!r}")
+        check_cluster_id(cluster_id)
         with self._tx() as db:
             row = db.execute("SELECT value FROM kcli_meta WHERE key = 'cluster_id'").fetchone()
             if row is None:
                 db.execute("INSERT INTO kcli_meta (key, value) VALUES ('cluster_id', ?)", (cluster_id,))
             elif row[0] != cluster_id:
-                raise CoordinatorException(
-                    f"coordinator database {self._path} belongs to cluster {row[0]}, not to this broker's"
-                    f" cluster {cluster_id}")
+                raise foreign_cluster(self._path, row[0], cluster_id)
 
     @_guarded
     def register_upload_intent(self, object_key: str, broker_id: int, time_ms: int) -> None:
-        if not isinstance(object_key, str) or not object_key:
-            raise CoordinatorException(f"invalid upload intent: object key {object_key!r}")
+        check_intent_key(object_key)
         # No fsync of its own: the commit that follows (synchronous=FULL) syncs the WAL file,
         # this frame included. Lost only with the OS (power loss) before that commit, and then
         # the object is merely "unknown" (reported, kept), never wrongly deleted.
@@ -1552,7 +1359,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                     (object_key, uploader_broker_id, file_size, now_ms, now_ms, self._batch_counter(db)),
                 ).lastrowid
             except sqlite3.IntegrityError:
-                raise CoordinatorException(f"object {object_key} is already committed") from None
+                raise already_committed(object_key) from None
             tid = str(tip.topic_id)
             row = self._log_row(db, tid, tip.partition)
             if row is None or not replaced:
@@ -1629,15 +1436,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
             log_id = row[0]
             producers = self._producers.loaded(db, self._clock()).get(log_id, {})
             open_txns = dict(db.execute("SELECT producer_id, first_offset FROM txn_open WHERE log_id = ?", (log_id,)))
-        out = []
-        for pid in sorted(set(producers) | set(open_txns)):
-            producer = producers.get(pid)
-            batches = producer.batches if producer is not None else []
-            last = batches[-1] if batches else None
-            out.append(ProducerInfo(pid, producer.epoch if producer is not None else NO_PRODUCER_EPOCH,
-                                    last[1] if last else NO_SEQUENCE, last[4] if last else NO_TIMESTAMP,
-                                    open_txns.get(pid, UNKNOWN_OFFSET)))
-        return out
+        return describe_producer_states(producers, open_txns)
 
     @_guarded
     def describe_topic_storage(self, topic_ids: Iterable[uuid.UUID] | None = None) -> list[TopicStorageInfo]:
@@ -1654,13 +1453,4 @@ class SqliteBatchCoordinator(BatchCoordinator):
             ).fetchall()
         finally:
             db.execute("COMMIT")
-        out: dict[str, TopicStorageInfo] = {}
-        for tid, name, live, nfiles, fsize, ndead, dsize in stats:
-            out[tid] = TopicStorageInfo(uuid.UUID(tid), names.get(tid, name), live, nfiles, fsize, ndead, dsize)
-        for tid, name in names.items():
-            if tid not in out:
-                out[tid] = TopicStorageInfo(uuid.UUID(tid), name, 0, 0, 0, 0, 0)
-        result = [info for tid, info in out.items() if wanted is None or tid in wanted]
-        result.sort(key=lambda info: (info.topic, str(info.topic_id)))
-        return result
-
+        return topic_storage(names, stats, wanted, uuid.UUID)

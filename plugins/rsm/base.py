@@ -146,5 +146,11 @@ class RemoteStorageManager(abc.ABC):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Delete the segment and its indexes; deleting what is already gone is not an error."""
 
+    def segment_location(self, metadata: RemoteLogSegmentMetadata) -> str:
+        """Where the segment's log bytes live, for the broker's log lines (kcli's addition to
+        Kafka's interface: a damaged remote segment is reported by this name)."""
+        sid = metadata.segment_id
+        return f"remote segment {sid.id} ({sid.topic}-{sid.partition} from offset {metadata.start_offset})"
+
     def close(self) -> None:
         """Release clients and handles."""

@@ -169,6 +169,9 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         key = self.object_key(metadata, "log")
         return self._fetch(key, ByteRange(start_position, last - start_position + 1), metadata)
 
+    def segment_location(self, metadata: RemoteLogSegmentMetadata) -> str:
+        return f"remote object {self.object_key(metadata, 'log')}"
+
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         return self._fetch(self.object_key(metadata, _SUFFIX[index_type]), None, metadata)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.acl import AclBinding, AclBindingFilter, AclError
+from kcli.security.acl import AclBinding, AclBindingFilter, AclError
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.metadata_log import record
+from kcli.metadata.metadata_log import record
 from kcli.protocol.errors import BrokerError
 
 log = logging.getLogger("kcli.broker.acls")

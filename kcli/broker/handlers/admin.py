@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from typing import Any
 
 from kcli.broker import audit
-from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS
+from kcli.config.definitions import (BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, KAFKA_ONLY_BROKER_CONFIGS, TOPIC_CONFIGS,
+                                     broker_config_def)
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.errors import BrokerError
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
-INVALID_CONFIG = 40
-UNKNOWN_TOPIC_ID = 100
-INVALID_PARTITIONS = 37
-POLICY_VIOLATION = 44
 # Kafka's controller refuses a request that would write more records than this (MAX_RECORDS_PER_USER_OP);
 # without it one request asking for 2^31 partitions would stall the broker.
 MAX_PARTITIONS_PER_REQUEST = 10000
@@ -38,14 +34,14 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 (default if rt.num_partitions == -1 else max(0, int(rt.num_partitions))) for rt in req.topics)
     if total > MAX_PARTITIONS_PER_REQUEST:
         return {"throttle_time": 0, "topics": [
-            {"name": rt.name, "error_code": POLICY_VIOLATION, "num_partitions": -1, "replication_factor": -1,
+            {"name": rt.name, "error_code": ErrorCode.policy_violation, "num_partitions": -1, "replication_factor": -1,
              "error_message": "Excessively large number of partitions per request.", "configs": None}
             for rt in req.topics]}
     for rt in req.topics:
         entry: dict[str, Any] = {"name": rt.name, "error_code": 0, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
         if rt.name in seen:
-            entry.update(error_code=INVALID_REQUEST, error_message=f"Duplicate topic name {rt.name}")
+            entry.update(error_code=ErrorCode.invalid_request, error_message=f"Duplicate topic name {rt.name}")
             out.append(entry)
             continue
         seen.add(rt.name)
@@ -53,7 +49,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
         assignments = {a.partition_index: list(a.broker_ids) for a in rt.assignments} or None
         try:
             if assignments and (rt.num_partitions != -1 or rt.replication_factor != -1):
-                raise BrokerError(INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
+                raise BrokerError(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
             t = b.create_topic(rt.name, int(rt.num_partitions), int(rt.replication_factor), configs,
                                validate_only=bool(req.validate_only), assignments=assignments)
         except BrokerError as err:
@@ -93,7 +89,7 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if name is None and topic_id is not None:
             t = b.topic_by_id(topic_id)
             if t is None:
-                entry.update(error_code=UNKNOWN_TOPIC_ID, error_message="This server does not host this topic ID.")
+                entry.update(error_code=ErrorCode.unknown_topic_id, error_message="This server does not host this topic ID.")
                 out.append(entry)
                 continue
             name = t.name
@@ -119,7 +115,7 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     total = sum(max(0, int(rt.count) - len(t.partitions)) for rt in req.topics if (t := b.topic(rt.name)) is not None)
     if total > MAX_PARTITIONS_PER_REQUEST:
         return {"throttle_time": 0, "results": [
-            {"name": rt.name, "error_code": POLICY_VIOLATION,
+            {"name": rt.name, "error_code": ErrorCode.policy_violation,
              "error_message": "Unable to perform excessively large batch operation."} for rt in req.topics]}
     for rt in req.topics:
         entry: dict[str, Any] = {"name": rt.name, "error_code": 0, "error_message": None}
@@ -150,6 +146,28 @@ def _config_entry(name: str, value: str | None, source: str, type_: str, doc: st
             "config_type": TYPE_CODES.get(type_, 0), "documentation": doc if include_docs else None}
 
 
+def _kafka_only_levels(b: Any, name: str) -> list[tuple[str | None, str]]:
+    """(value, source) of a Kafka broker config kcli does not implement at each dynamic level that
+    sets it, the one in effect first (this broker's, then the cluster-wide default)."""
+    return [(v, source) for resource, source in ((str(b.node_id), "DYNAMIC_BROKER_CONFIG"), ("", "DYNAMIC_DEFAULT_BROKER_CONFIG"))
+            if (v := b.state.broker_configs.get(resource, {}).get(name)) is not None]
+
+
+def _kafka_only_entries(b: Any, keys: set[str] | None, include_docs: bool, include_synonyms: bool) -> list[dict[str, Any]]:
+    """The Kafka broker configs kcli does not implement that are set dynamically (for this broker
+    or cluster-wide): listed with their source, and with documentation saying they have no effect
+    in kcli. Unset ones are left out (kcli does not know Kafka's defaults)."""
+    out = []
+    for name, d in KAFKA_ONLY_BROKER_CONFIGS.items():
+        levels = _kafka_only_levels(b, name) if keys is None or name in keys else []
+        if levels:
+            value, source = levels[0]
+            out.append(_config_entry(name, value, source, d.type, d.doc, include_docs, include_synonyms,
+                                     read_only=d.read_only, sensitive=d.sensitive,
+                                     synonyms=[(name, v, src) for v, src in levels]))
+    return out
+
+
 @handler(32, "DescribeConfigs", 1, 4)
 async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
@@ -163,7 +181,7 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if r.resource_type == TOPIC:
             t = b.topic(r.resource_name)
             if t is None:
-                entry.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {r.resource_name} does not exist")
+                entry.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {r.resource_name} does not exist")
             else:
                 for name, (value, source) in sorted(b.effective_topic_configs(t).items()):
                     if keys is None or name in keys:
@@ -176,12 +194,11 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
                                                               "kcli state (read-only)", include_docs, include_synonyms, read_only=True))
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(b.node_id)):
-                entry.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id, expected {b.node_id} or empty string, but received {r.resource_name}")
+                entry.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id, expected {b.node_id} or empty string, but received {r.resource_name}")
             elif r.resource_name == "":
                 # Kafka's default broker resource holds only the cluster-wide dynamic defaults
                 for name, value in sorted(b.state.broker_configs.get("", {}).items()):
-                    if (keys is None or name in keys) and name in BROKER_CONFIGS:
-                        d = BROKER_CONFIGS[name]
+                    if (keys is None or name in keys) and (d := broker_config_def(name)) is not None:
                         entry["configs"].append(_config_entry(name, value, "DYNAMIC_DEFAULT_BROKER_CONFIG", d.type, d.doc,
                                                               include_docs, include_synonyms, sensitive=d.sensitive))
             else:
@@ -192,10 +209,11 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
                         entry["configs"].append(_config_entry(name, value, source, d.type, d.doc, include_docs, include_synonyms,
                                                               read_only=name not in DYNAMIC_BROKER_CONFIGS, sensitive=d.sensitive,
                                                               synonyms=[(name, v, src) for v, src in levels]))
+                entry["configs"] += _kafka_only_entries(b, keys, include_docs, include_synonyms)
         elif r.resource_type == BROKER_LOGGER:
             entry["configs"] = []
         else:
-            entry.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {r.resource_type}")
+            entry.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type {r.resource_type}")
         results.append(entry)
     return {"throttle_time": 0, "results": results}
 
@@ -216,7 +234,7 @@ def _alter_one(ctx: RequestContext, resource_type: int, name: str, changes: dict
                               f"dynamic configs of broker {name or '<default>'}: {audit.format_configs(changes)}",
                               "", broker=name, configs=changes)
         else:
-            raise BrokerError(INVALID_REQUEST, f"Unsupported resource type {resource_type}")
+            raise BrokerError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
     except BrokerError as err:
         if not validate_only and resource_type == TOPIC:
             audit.refused(ctx, "config change", name, err)
@@ -244,20 +262,22 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
         for c in r.configs:
             op = int(c.config_operation)
             if c.name in changes:
-                error = BrokerError(INVALID_REQUEST, f"Error due to duplicate config keys: {c.name}")
+                error = BrokerError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {c.name}")
                 break
             if op == 0:
                 changes[c.name] = c.value
             elif op == 1:
                 changes[c.name] = None
             elif op in (2, 3):
-                d = (BROKER_CONFIGS if r.resource_type == BROKER else TOPIC_CONFIGS).get(c.name)
+                d = broker_config_def(c.name) if r.resource_type == BROKER else TOPIC_CONFIGS.get(c.name)
                 if d is None or d.type != "list":
-                    error = BrokerError(INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
+                    error = BrokerError(ErrorCode.invalid_config, f"Config value append is not allowed for config key: {c.name}")
                     break
                 # Kafka's ConfigAdminManager starts from the value in effect (the topic's own,
                 # else the broker's, else the default), not from an unset topic value.
-                if r.resource_type == BROKER:
+                if r.resource_type == BROKER and c.name in KAFKA_ONLY_BROKER_CONFIGS:
+                    current = next(iter(_kafka_only_levels(b, c.name)), (None, ""))[0] or ""
+                elif r.resource_type == BROKER:
                     current = b.broker_config_levels(c.name)[0][0] or ""
                 else:
                     current = (b.effective_topic_configs(t)[c.name][0] if t is not None else None) or ""
@@ -266,7 +286,7 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
                 items = items + [v for v in vals if v not in items] if op == 2 else [x for x in items if x not in vals]
                 changes[c.name] = ",".join(items)
             else:
-                error = BrokerError(INVALID_REQUEST, f"Unknown config operation {op}")
+                error = BrokerError(ErrorCode.invalid_request, f"Unknown config operation {op}")
                 break
         if error is not None:
             out.append({"error_code": error.code, "error_message": error.message, "resource_type": r.resource_type,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker import audit
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.protocol.codec import build, response_class
 from kcli.protocol.errors import BrokerError
 from kcli.protocol.kcli_schemas import DELETE_PARTITIONS_KEY, DELETE_PARTITIONS_NAME
 
-INVALID_REQUEST = 42
 
 
 def _error_entry(partition: int, err: BrokerError) -> dict[str, Any]:
@@ -32,7 +33,7 @@ async def delete_partitions(ctx: RequestContext, req: Any) -> Any:
     top: BrokerError | None = None
     try:
         if reducer is None:
-            raise BrokerError(INVALID_REQUEST, "partition reduction is not available on this broker")
+            raise BrokerError(ErrorCode.invalid_request, "partition reduction is not available on this broker")
         reducer.check_request(delay)
     except BrokerError as err:
         top = err

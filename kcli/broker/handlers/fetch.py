@@ -11,12 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.authz import from_a_broker
 from kcli.broker.dispatch import RequestContext, handler
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_ID = 100
-KAFKA_STORAGE_ERROR = 56
 READ_COMMITTED = 1
 
 
@@ -70,8 +69,18 @@ def _transactions(b: Any, t: Any, idx: int, res: Any, offset: int,
     return lso, [{"producer_id": pid, "first_offset": first} for pid, first in sorted(seen, key=lambda k: k[1])]
 
 
+def replica_id_of(req: Any) -> int:
+    """The fetching follower's broker id (Fetch <= v14 ``replica_id``, v15+ ``replica_state``); -1 for consumers."""
+    state = getattr(req, "replica_state", None)
+    return int(state.replica_id) if state is not None else int(getattr(req, "replica_id", -1))
+
+
 async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[dict[str, Any]], int, bool]:
     b = ctx.broker
+    replica_id = replica_id_of(req) if b.replicas is not None else -1
+    # a follower's fetch moves the ISR and the high watermark: only another broker may send one
+    # (Kafka's ClusterAction check in handleFetchRequest)
+    follower_denied = replica_id >= 0 and not from_a_broker(ctx)
     redirected = False
     remaining = int(req.max_bytes) if req.max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -90,7 +99,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
         for fp in ft.partitions:
             idx = fp.partition
             if t is None or idx not in t.partitions:
-                entry["partitions"].append(_partition_error(idx, UNKNOWN_TOPIC_ID if (by_id and t is None) else UNKNOWN_TOPIC_OR_PARTITION))
+                entry["partitions"].append(_partition_error(idx, ErrorCode.unknown_topic_id if (by_id and t is None) else ErrorCode.unknown_topic_or_partition))
                 continue
             preferred = _preferred_replica(ctx, req, t, idx)
             if preferred >= 0:
@@ -100,6 +109,17 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                                             "log_start_offset": ls, "preferred_read_replica": preferred})
                 continue
             limit = min(int(fp.partition_max_bytes), remaining)
+            if follower_denied:
+                entry["partitions"].append(_partition_error(idx, ErrorCode.topic_authorization_failed))
+                continue
+            if replica_id >= 0:  # a follower of a replicated partition (kcli/broker/replica/): up to the log end
+                answer = b.replicas.fetch_for_follower(t, idx, fp, replica_id, limit, first_data)
+                if answer["records"]:
+                    first_data = False
+                    remaining = max(0, remaining - len(answer["records"]))
+                    total += len(answer["records"])
+                entry["partitions"].append(answer)
+                continue
             try:
                 res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data,
                                              **({"upper_bound": _lso(b, t, idx), "read_committed": True}
@@ -109,7 +129,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                 if code is None:
                     raise
                 pe = _partition_error(idx, code)
-                if code == OFFSET_OUT_OF_RANGE:
+                if code == ErrorCode.offset_out_of_range:
                     hw, ls = b.partition_offsets(t, idx)
                     pe.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=ls)
                 entry["partitions"].append(pe)

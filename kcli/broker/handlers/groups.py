@@ -2,7 +2,7 @@
 List/Describe/DeleteGroups.
 
 These only translate between kio request entities / response dicts and
-:class:`kcli.broker.groups.GroupCoordinator`, which owns the state machine. Every group
+:class:`kcli.coordinator.group.coordinator.GroupCoordinator`, which owns the state machine. Every group
 operation first asks :meth:`GroupCoordinator.route` whether this broker coordinates the group
 (in a cluster another broker may: NOT_COORDINATOR, and the client asks FindCoordinator again).
 Field names are those of each API's newest version; the codec drops what an older version lacks.
@@ -13,12 +13,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kcli.broker import groups as g
-from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.interbroker import from_a_broker
+from kio.schema.errors import ErrorCode
 
-INVALID_REQUEST = 42
-UNSTABLE_OFFSET_COMMIT = 88
+from kcli.coordinator.group import coordinator as g
+from kcli.broker.dispatch import RequestContext, handler
+from kcli.broker.authz import from_a_broker
+
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
@@ -33,7 +33,7 @@ def _coordinator(ctx: RequestContext) -> g.GroupCoordinator | None:
 async def _route(coord: g.GroupCoordinator | None, group_id: str) -> int:
     """NONE when ``coord`` coordinates ``group_id`` here, else the error code to answer with."""
     if coord is None:
-        return g.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.coordinator_not_available
     return await coord.route(group_id)
 
 
@@ -60,9 +60,9 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
     def answer(key: str) -> dict[str, Any]:
         if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-            return {"key": key, "error_code": INVALID_REQUEST, "error_message": f"Invalid key type {key_type}",
+            return {"key": key, "error_code": ErrorCode.invalid_request, "error_message": f"Invalid key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        unavailable = {"key": key, "error_code": g.COORDINATOR_NOT_AVAILABLE,
+        unavailable = {"key": key, "error_code": ErrorCode.coordinator_not_available,
                        "error_message": "The coordinator is not available.", "node_id": -1, "host": "", "port": -1}
         node = b.node_id
         host, port = next(((e.host, e.port) for e in b.endpoints if e.name == ctx.connection.listener),
@@ -83,7 +83,7 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if endpoint is None:
                 return unavailable
             host, port = endpoint
-        return {"key": key, "error_code": g.NONE, "error_message": None, "node_id": node, "host": host, "port": port}
+        return {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": node, "host": host, "port": port}
 
     if ctx.api_version >= 4:
         return {"throttle_time": 0, "coordinators": [answer(k) for k in req.coordinator_keys]}
@@ -101,7 +101,7 @@ async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.api_version
     coord = _coordinator(ctx)
     err = await _route(coord, req.group_id)
-    if err != g.NONE or coord is None:
+    if err != ErrorCode.none or coord is None:
         result = g.JoinResult(error=err, member_id=req.member_id)
     else:
         session_ms = _ms(req.session_timeout)
@@ -141,7 +141,7 @@ async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     err = await _route(coord, req.group_id)
-    if err != g.NONE or coord is None:
+    if err != ErrorCode.none or coord is None:
         result = g.SyncResult(error=err)
     else:
         result = await coord.sync_group(
@@ -157,7 +157,7 @@ async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     code = await _route(coord, req.group_id)
-    if code == g.NONE and coord is not None:
+    if code == ErrorCode.none and coord is not None:
         code = coord.heartbeat(req.group_id, int(req.generation_id), req.member_id,
                                getattr(req, "group_instance_id", None))
     return {"throttle_time": 0, "error_code": code}
@@ -173,9 +173,9 @@ async def leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     top = await _route(coord, req.group_id)
     members: list[tuple[str, str | None, int]] = []
-    if top == g.NONE and coord is not None:
+    if top == ErrorCode.none and coord is not None:
         top, members = coord.leave_group(req.group_id, leaving)
-    if v < 3 and top == g.NONE and members:
+    if v < 3 and top == ErrorCode.none and members:
         top = members[0][2]  # single-member versions carry the member's error at the top
     return {"throttle_time": 0, "error_code": top,
             "members": [{"member_id": mid, "group_instance_id": iid, "error_code": code}
@@ -197,10 +197,10 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
             order.append(tp)
-            if coord is None or routed != g.NONE:
-                codes[tp] = routed if routed != g.NONE else g.COORDINATOR_NOT_AVAILABLE
+            if coord is None or routed != ErrorCode.none:
+                codes[tp] = routed if routed != ErrorCode.none else ErrorCode.coordinator_not_available
             elif not exists:
-                codes[tp] = g.UNKNOWN_TOPIC_OR_PARTITION
+                codes[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted[tp] = g.OffsetAndMetadata(
                     offset=int(p.committed_offset),
@@ -209,11 +209,11 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 )
     if coord is not None and wanted and from_a_broker(ctx):
         # A committed transaction's offsets, from its coordinator on another broker: the
-        # membership was checked here when TxnOffsetCommit arrived (kcli/broker/transactions.py).
+        # membership was checked here when TxnOffsetCommit arrived (kcli/coordinator/transaction/coordinator.py).
         try:
             await coord.commit_transactional_offsets(
                 req.group_id, {tp: (om.offset, om.leader_epoch, om.metadata) for tp, om in wanted.items()})
-            codes.update({tp: g.NONE for tp in wanted})
+            codes.update({tp: ErrorCode.none for tp in wanted})
         except g.OffsetStoreError as err:
             codes.update({tp: err.error_code for tp in wanted})
     elif coord is not None and wanted:
@@ -233,9 +233,9 @@ async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: 
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     err = await _route(coord, group_id)
     found: dict[tuple[str, int], g.OffsetAndMetadata | None] = {}
-    if err == g.NONE and coord is not None:
+    if err == ErrorCode.none and coord is not None:
         err, found = coord.fetch_offsets(group_id, requested)
-    if err != g.NONE and version >= 2:
+    if err != ErrorCode.none and version >= 2:
         return err, []  # v2+ carry a group-level error and no partitions
     items = sorted(found.items()) if requested is None else [(tp, found.get(tp)) for tp in requested]
     by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -247,7 +247,7 @@ async def _fetch_group(coord: g.GroupCoordinator | None, group_id: str, topics: 
             "metadata": om.metadata if om else "",
             # v1 has no group-level error: it goes on each partition; require_stable (v7+) and an
             # open transaction holding an offset for the partition: UNSTABLE_OFFSET_COMMIT
-            "error_code": err or (UNSTABLE_OFFSET_COMMIT if unstable is not None
+            "error_code": err or (ErrorCode.unstable_offset_commit if unstable is not None
                                   and unstable.has_pending_offsets(group_id, (topic, partition)) else 0),
         })
     return err, [{"name": t, "partitions": parts} for t, parts in by_topic.items()]
@@ -274,13 +274,13 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     if coord is None:
-        return {"throttle_time": 0, "error_code": g.COORDINATOR_NOT_AVAILABLE, "groups": []}
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
     states = list(getattr(req, "states_filter", ()) or ())
     try:  # the groups this broker coordinates, as Kafka lists those of its offsets partitions
         listed = await coord.list_coordinated_groups(states or None)
     except g.OffsetStoreError as err:
         return {"throttle_time": 0, "error_code": err.error_code, "groups": []}
-    return {"throttle_time": 0, "error_code": g.NONE,
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
             "groups": [{"group_id": gid, "protocol_type": pt, "group_state": st} for gid, pt, st in listed]}
 
 
@@ -291,12 +291,12 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     out = []
     for gid in req.groups:
         err = await _route(coord, gid)
-        if err != g.NONE or coord is None:
+        if err != ErrorCode.none or coord is None:
             d: dict[str, Any] = {"group_id": gid, "error_code": err, "group_state": "",
                                  "protocol_type": "", "protocol_data": "", "members": []}
         else:
             d = coord.describe_group(gid)
-            d["error_code"] = g.NONE
+            d["error_code"] = ErrorCode.none
         if with_ops:
             d["authorized_operations"] = g.GROUP_AUTHORIZED_OPERATIONS
         out.append(d)
@@ -310,7 +310,7 @@ async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     codes: dict[str, int] = {}
     for gid in names:
         err = await _route(coord, gid)
-        if err != g.NONE or coord is None:
+        if err != ErrorCode.none or coord is None:
             codes[gid] = err
         else:
             codes.update(await coord.delete_groups([gid]))
@@ -322,15 +322,15 @@ async def offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     top = await _route(coord, req.group_id)
     codes: dict[tuple[str, int], int] = {}
-    if top == g.NONE and coord is not None:
+    if top == ErrorCode.none and coord is not None:
         # Kafka answers a partition its metadata does not hold UNKNOWN_TOPIC_OR_PARTITION (below)
         known = [(t.name, int(p.partition_index)) for t in req.topics if (topic := ctx.broker.topic(t.name)) is not None
                  for p in t.partitions if int(p.partition_index) in topic.partitions]
         top, codes = coord.delete_offsets(req.group_id, known)
-    if top != g.NONE:
+    if top != ErrorCode.none:
         return {"throttle_time": 0, "error_code": top, "topics": []}
-    return {"throttle_time": 0, "error_code": g.NONE,
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
             "topics": [{"name": t.name, "partitions": [
                 {"partition_index": int(p.partition_index),
-                 "error_code": codes.get((t.name, int(p.partition_index)), g.UNKNOWN_TOPIC_OR_PARTITION)}
+                 "error_code": codes.get((t.name, int(p.partition_index)), ErrorCode.unknown_topic_or_partition)}
                 for p in t.partitions]} for t in req.topics]}

@@ -12,23 +12,23 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.diskless import admin_api
 from kcli.protocol.errors import BrokerError
 
 log = logging.getLogger("kcli.broker.kcli_admin")
 
-INVALID_REQUEST = 42
-UNKNOWN_SERVER_ERROR = -1
 
 
 def _parse(req: Any) -> dict[str, Any]:
     try:
         doc = json.loads(req.json) if req.json else {}
     except ValueError as err:
-        raise BrokerError(INVALID_REQUEST, f"request is not a JSON document: {err}") from None
+        raise BrokerError(ErrorCode.invalid_request, f"request is not a JSON document: {err}") from None
     if not isinstance(doc, dict):
-        raise BrokerError(INVALID_REQUEST, "request must be a JSON object")
+        raise BrokerError(ErrorCode.invalid_request, "request must be a JSON object")
     return doc
 
 
@@ -40,7 +40,7 @@ async def _answer(fn: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - one line to the tool, details in the broker log
         log.exception("kcli admin request failed")
         code = getattr(err, "code", None)
-        return {"error_code": code if isinstance(code, int) else UNKNOWN_SERVER_ERROR,
+        return {"error_code": code if isinstance(code, int) else ErrorCode.unknown_server_error,
                 "json": admin_api.encode_doc({"error": str(err) or type(err).__name__})}
     return {"error_code": 0, "json": admin_api.encode_doc(result)}
 
@@ -48,7 +48,7 @@ async def _answer(fn: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
 def _engine(ctx: RequestContext) -> Any:
     engine = ctx.broker.diskless
     if engine is None:
-        raise BrokerError(INVALID_REQUEST, "diskless topics are disabled on this broker (diskless.system.enable=false)")
+        raise BrokerError(ErrorCode.invalid_request, "diskless topics are disabled on this broker (diskless.system.enable=false)")
     return engine
 
 
@@ -57,7 +57,7 @@ def _str_list(doc: dict[str, Any], key: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BrokerError(INVALID_REQUEST, f"{key} must be a list of strings")
+        raise BrokerError(ErrorCode.invalid_request, f"{key} must be a list of strings")
     return value
 
 
@@ -86,7 +86,7 @@ async def diskless_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
     async def run() -> Any:
         doc = _parse(req)
-        return await views.describe(_engine(ctx), _str_list(doc, "topics"))
+        return await views.describe(_engine(ctx), _str_list(doc, "topics"), replicas=doc.get("replicas") is True)
 
     return await _answer(run)
 
@@ -111,7 +111,7 @@ async def diskless_verify(ctx: RequestContext, req: Any) -> dict[str, Any]:
         doc = _parse(req)
         max_objects = doc.get("max_objects", 1000)
         if not isinstance(max_objects, int) or max_objects < 0:
-            raise BrokerError(INVALID_REQUEST, "max_objects must be a non-negative integer")
+            raise BrokerError(ErrorCode.invalid_request, "max_objects must be a non-negative integer")
         return await views.verify(_engine(ctx), object_keys=_str_list(doc, "object_keys"), max_objects=max_objects)
 
     return await _answer(run)

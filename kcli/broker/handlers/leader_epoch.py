@@ -27,6 +27,13 @@ def _end_offset(ctx: RequestContext, topic: str, partition: int, current: int, r
         return ErrorCode.fenced_leader_epoch, -1, -1
     if current > p.leader_epoch:
         return ErrorCode.unknown_leader_epoch, -1, -1
+    if len(p.replicas) > 1 and not b.is_diskless(t):  # replicated: the log's leader-epoch cache (KIP-101)
+        try:
+            lg = b.log_for(t, partition)  # the leader answers (its followers truncate to it)
+        except BrokerError as err:
+            return err.code, -1, -1
+        epoch, end = lg.end_offset_for_epoch(requested)
+        return ErrorCode.none, epoch, end
     try:
         end, start = b.partition_offsets(t, partition) if b.is_diskless(t) else _classic(b, t, partition)
     except BrokerError as err:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker import audit
 from kcli.broker.broker import INTERNAL_TOPICS, RESERVED_TOPICS
 from kcli.broker.dispatch import RequestContext, handler
@@ -12,10 +14,6 @@ from kcli.protocol.errors import BrokerError
 
 log = logging.getLogger("kcli.broker.metadata")
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-INVALID_TOPIC_EXCEPTION = 17
-UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPS_OMITTED = -2147483648
 
 
@@ -50,12 +48,21 @@ def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> 
         visible, topic_id = b.visible_partitions(t), t.topic_id
     parts = []
     for p in visible:
-        if diskless:  # any live broker serves it; the replicas are metadata-only (KIP-1163)
-            leader, replicas, error = b.diskless.leader_for_client(t, ctx.client_id, p), p.replicas, 0
+        if diskless:  # any live broker serves it; ISR = in sync with the batch coordinator (KIP-1163)
+            parts.append(diskless_partition_entry(ctx, t, p, live))
+            continue
+        elif len(p.replicas) > 1 and b.replicas is not None:  # replicated (kcli/broker/replica/): leader, ISR
+            leader = p.leader if p.leader in live else -1
+            parts.append({
+                "error_code": 0 if leader >= 0 else ErrorCode.leader_not_available, "partition_index": p.partition,
+                "leader_id": leader, "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr), "offline_replicas": [r for r in p.replicas if r not in live],
+            })
+            continue
         else:  # one broker holds the log; while it is down the partition is offline, as in Kafka
             host = b.metadata.partition_host(p.leader)
             replicas = [host]
-            leader, error = (host, 0) if host in live else (-1, LEADER_NOT_AVAILABLE)
+            leader, error = (host, 0) if host in live else (-1, ErrorCode.leader_not_available)
         parts.append({
             "error_code": error, "partition_index": p.partition, "leader_id": leader,
             "leader_epoch": p.leader_epoch, "replica_nodes": replicas,
@@ -64,6 +71,19 @@ def topic_entry(ctx: RequestContext, name: str, producer_view: bool = False) -> 
         })
     return {"error_code": 0, "name": name, "topic_id": topic_id, "is_internal": name in INTERNAL_TOPICS,
             "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+
+
+def diskless_partition_entry(ctx: RequestContext, t: Any, p: Any, live: set[int]) -> dict[str, Any]:
+    """A diskless partition: the leader as kcli/cluster/placement.py picks it for this client; the
+    ISR is the live replicas whose local cache is in sync with the batch coordinator
+    (kcli/diskless/replica_cache.py)."""
+    b = ctx.broker
+    return {
+        "error_code": 0, "partition_index": p.partition,
+        "leader_id": b.diskless.leader_for_client(t, ctx.client_id, p), "leader_epoch": p.leader_epoch,
+        "replica_nodes": list(p.replicas), "isr_nodes": b.diskless.isr(t, p),
+        "offline_replicas": [r for r in p.replicas if r not in live],
+    }
 
 
 @handler(3, "Metadata", 0, 12)
@@ -82,7 +102,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if name is None and getattr(rt, "topic_id", None) is not None:
                 t = b.topic_by_id(rt.topic_id)
                 if t is None:
-                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id, "partitions": []})
+                    topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": rt.topic_id, "partitions": []})
                     continue
                 name = t.name
             if b.topic(name) is None:
@@ -95,12 +115,12 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                                           name, topic_id=audit.topic_id_str(t.topic_id), partitions=len(t.partitions),
                                           configs={}, auto_created=True)
                         # Kafka answers LEADER_NOT_AVAILABLE for a topic it just created.
-                        topics.append({**topic_entry(ctx, name, producer_view), "error_code": LEADER_NOT_AVAILABLE})
+                        topics.append({**topic_entry(ctx, name, producer_view), "error_code": ErrorCode.leader_not_available})
                         continue
                     except BrokerError as err:
                         topics.append({"error_code": err.code, "name": name, "partitions": []})
                         continue
-                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+                topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "partitions": []})
                 continue
             topics.append(topic_entry(ctx, name, producer_view))
     return {

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from typing import Any
 
 from kcli.broker.dispatch import RequestContext, handler
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_OUT_OF_RANGE = 1
-UNSUPPORTED_VERSION = 35
 LATEST = -1
 
 
@@ -23,7 +21,7 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for rp in rt.partitions:
             idx = rp.partition_index
             if t is None or idx not in t.partitions:
-                parts.append({"partition_index": idx, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                parts.append({"partition_index": idx, "error_code": ErrorCode.unknown_topic_or_partition,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             try:
@@ -56,7 +54,7 @@ async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for rp in rt.partitions:
             idx = rp.partition_index
             if t is None or idx not in t.partitions:
-                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                parts.append({"partition_index": idx, "low_watermark": -1, "error_code": ErrorCode.unknown_topic_or_partition})
                 continue
             try:
                 low = await b.delete_records(t, idx, int(rp.offset))

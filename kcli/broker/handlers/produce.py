@@ -13,23 +13,16 @@ import asyncio
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.broker import now_ms
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.metadata_log import MODE_READ_ONLY
+from kcli.metadata.metadata_log import MODE_READ_ONLY
 from kcli.protocol.errors import BrokerError
 from kcli.records.batch import InvalidBatchError, iter_headers, read_header
 
 log = logging.getLogger("kcli.broker.produce")
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-CORRUPT_MESSAGE = 2
-INVALID_REQUIRED_ACKS = 21
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
-NOT_ENOUGH_REPLICAS = 19
-INVALID_TXN_STATE = 48
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_LEADER_OR_FOLLOWER = 6
 
 
 def record_count(records: bytes) -> int:
@@ -49,11 +42,11 @@ def _verify_transactional(b: Any, transactional_id: str, records: bytes, key: tu
     """A transactional Produce is accepted only from the current producer of the id, for a
     partition it added to its open transaction (0 when so)."""
     if b.transactions is None:
-        return COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.coordinator_not_available
     try:
         h = read_header(records or b"")
     except InvalidBatchError:
-        return CORRUPT_MESSAGE
+        return ErrorCode.corrupt_message
     return int(b.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, key))
 
 
@@ -66,6 +59,7 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
     touched: set[Any] = set()
     appended: dict[tuple[str, int], bytes] = {}  # what each partition was sent, for the byte counters
+    replicated: dict[tuple[str, int], tuple[Any, Any, int]] = {}  # acks=all: (topic, partition, offset to reach)
     order: list[tuple[str, list[int]]] = []
     for td in req.topic_data:
         name = td.name
@@ -74,35 +68,38 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
         for pd in td.partition_data:
             key = (name, pd.index)
             if acks not in (0, 1, -1):
-                results[key] = _error(pd.index, INVALID_REQUIRED_ACKS)
+                results[key] = _error(pd.index, ErrorCode.invalid_required_acks)
                 continue
             p = t.partitions.get(pd.index) if t is not None else None
             if req.transactional_id is not None and t is not None and p is not None:
                 code = _verify_transactional(b, req.transactional_id, pd.records, key)
                 if code:
                     results[key] = _error(pd.index, code, "the partition is not part of the producer's transaction"
-                                          if code == INVALID_TXN_STATE else None)
+                                          if code == ErrorCode.invalid_txn_state else None)
                     continue
             if t is None or p is None:
-                results[key] = _error(pd.index, UNKNOWN_TOPIC_OR_PARTITION,
+                results[key] = _error(pd.index, ErrorCode.unknown_topic_or_partition,
                                       "This server does not host this topic-partition.")
                 continue
             if p.mode == MODE_READ_ONLY:
                 # KIP-694: a retriable error makes unmodified clients refresh metadata, where
                 # producers no longer see this partition; kcli's own PARTITION_READ_ONLY (201) is
                 # unknown to them, and they would fail the records instead of moving on.
-                results[key] = _error(pd.index, NOT_LEADER_OR_FOLLOWER,
+                results[key] = _error(pd.index, ErrorCode.not_leader_or_follower,
                                       f"Partition {name}-{pd.index} is read-only (being deleted, KIP-694) "
                                       "and takes no new records; refresh metadata")
                 b.metrics.inc("produce.rejected.read_only")
                 continue
             records = pd.records
             if not records:
-                results[key] = _error(pd.index, CORRUPT_MESSAGE, "empty records")
+                results[key] = _error(pd.index, ErrorCode.corrupt_message, "empty records")
                 continue
             appended[key] = records
             if b.is_diskless(t):
-                pending[key] = b.diskless.append(t, pd.index, records)
+                try:
+                    pending[key] = b.diskless_engine().append(t, pd.index, records)
+                except BrokerError as err:  # diskless.system.enable=false on this broker
+                    results[key] = _error(pd.index, err.code, err.message)
                 continue
             try:
                 lg = b.log_for(t, pd.index)  # NOT_LEADER_OR_FOLLOWER when another broker hosts it
@@ -110,13 +107,18 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 results[key] = _error(pd.index, err.code, err.message)
                 continue
             log_append = b.topic_config_value(t, "message.timestamp.type") == "LogAppendTime"
+            if acks == -1 and b.replicas is not None and len(p.replicas) > 1:
+                refused = b.replicas.check_min_isr(t, p)  # NOT_ENOUGH_REPLICAS before the append
+                if refused is not None:
+                    results[key] = _error(pd.index, refused.code, refused.message)
+                    continue
             try:
                 res = lg.append(records, now_ms=now, log_append_time=log_append, leader_epoch=p.leader_epoch)
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:
                     log.exception("append to %s-%d failed", name, pd.index)
-                    code = KAFKA_STORAGE_ERROR
+                    code = ErrorCode.kafka_storage_error
                 results[key] = _error(pd.index, code, str(err) or None)
                 # Kafka's RecordValidationException (a key-less record for a compacted topic):
                 # which records were refused, in Produce v8+'s record_errors
@@ -126,6 +128,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 continue
             touched.add(lg)
             b.notifier.notify(name, pd.index)
+            if b.replicas is not None and len(p.replicas) > 1:  # kcli/broker/replica/: the ISR must catch up
+                b.replicas.appended(t, p)
+                if acks == -1:
+                    replicated[key] = (t, p, res.last_offset + 1)
             results[key] = {"index": pd.index, "error_code": 0, "base_offset": res.base_offset,
                             "log_append_time": res.log_append_time, "log_start_offset": res.log_start_offset,
                             "record_errors": [], "error_message": None}
@@ -136,7 +142,13 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             log.error("fsync failed: %s", err)
             for key, r in results.items():
                 if r["error_code"] == 0:
-                    results[key] = _error(key[1], KAFKA_STORAGE_ERROR, f"fsync failed: {err}")
+                    results[key] = _error(key[1], ErrorCode.kafka_storage_error, f"fsync failed: {err}")
+    if replicated:  # acks=all on replicated partitions: until the high watermark passes each append
+        timeout_s = max(0.0, req.timeout.total_seconds())
+        waits = {key: b.replicas.wait_for_acks(t, p, offset, timeout_s) for key, (t, p, offset) in replicated.items()}
+        for key, refused in zip(waits, await asyncio.gather(*waits.values())):
+            if refused is not None and results[key]["error_code"] == 0:
+                results[key] = _error(key[1], refused.code, refused.message)
     for key, fut in pending.items():
         try:
             results[key] = await fut

@@ -5,7 +5,7 @@ travels in SaslAuthenticate requests, with v0 the next frame on the socket is th
 the broker answers with a bare size-prefixed (empty, for PLAIN) challenge. Any failure is
 answered once and the connection is closed (the server reads ``conn.extra["close"]``).
 SCRAM takes two rounds (client-first → server-first, client-final → server-final); the
-connection's :class:`~kcli.broker.scram.ScramServer` sits in ``conn.extra`` between them.
+connection's :class:`~kcli.security.scram.ScramServer` sits in ``conn.extra`` between them.
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ import logging
 import struct
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcli.broker.dispatch import ConnectionState, RequestContext, handler
-from kcli.broker.sasl import SaslAuthenticationFailed, enabled_mechanisms
-from kcli.broker.scram import MECHANISMS as SCRAM_MECHANISMS
-from kcli.broker.scram import ScramAuthenticationFailed, ScramServer
+from kcli.security.sasl import SaslAuthenticationFailed, enabled_mechanisms
+from kcli.security.scram import MECHANISMS as SCRAM_MECHANISMS
+from kcli.security.scram import ScramAuthenticationFailed, ScramServer
 
-log = logging.getLogger("kcli.broker.sasl")
+log = logging.getLogger("kcli.security.sasl")
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 
 RAW_TOKEN = "sasl_raw_token"  # conn.extra flag: the next frame is a v0 (unframed) token
 CLOSE = "close"  # conn.extra flag: close the connection after this response
@@ -36,17 +35,17 @@ async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
     conn = ctx.connection
     broker = ctx.broker
     if not conn.sasl_listener:
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
     mechanisms = enabled_mechanisms(broker.config)
     if conn.authenticated:
         # kcli grants sessions without a lifetime, so there is no re-authentication to start.
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": mechanisms}
     if conn.sasl_mechanism is not None:
         conn.extra[CLOSE] = True
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": mechanisms}
     if req.mechanism not in mechanisms:
         conn.extra[CLOSE] = True
-        return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": mechanisms}
     conn.sasl_mechanism = req.mechanism
     if ctx.api_version == 0:
         conn.extra[RAW_TOKEN] = True
@@ -57,18 +56,18 @@ async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
     conn = ctx.connection
     if not conn.sasl_listener or conn.authenticated:
-        return {"error_code": ILLEGAL_SASL_STATE,
+        return {"error_code": ErrorCode.illegal_sasl_state,
                 "error_message": "SaslAuthenticate request received after successful authentication"
                 if conn.authenticated and conn.sasl_listener else "SASL is not enabled on this listener"}
     if conn.sasl_mechanism is None or conn.extra.get(RAW_TOKEN):
         conn.extra[CLOSE] = True
-        return {"error_code": ILLEGAL_SASL_STATE,
+        return {"error_code": ErrorCode.illegal_sasl_state,
                 "error_message": "Unexpected SaslAuthenticate request: send SaslHandshake v1 first"}
     try:
         challenge = await _authenticate(ctx.broker, conn, bytes(req.auth_bytes))
     except SaslAuthenticationFailed as err:
         conn.extra[CLOSE] = True
-        return {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(err)}
+        return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": str(err)}
     return {"error_code": 0, "error_message": None, "auth_bytes": challenge, "session_lifetime": 0}
 
 

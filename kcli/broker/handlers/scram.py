@@ -15,15 +15,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.metadata_log import record
-from kcli.broker.scram import BY_TYPE, ScramCredential, iterations_error
+from kcli.metadata.metadata_log import record
+from kcli.security.scram import BY_TYPE, ScramCredential, iterations_error
 from kcli.protocol.errors import BrokerError
 
 DESCRIBE_DUPLICATE_USER = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 DESCRIBE_USER_THAT_DOES_NOT_EXIST = "Attempt to describe a user credential that does not exist: "
 ALTER_TWICE = "A user credential cannot be altered twice in the same request"
 
-log = logging.getLogger("kcli.broker.scram")
+log = logging.getLogger("kcli.security.scram")
 
 
 @handler(50, "DescribeUserScramCredentials", 0, 0)

@@ -1,5 +1,5 @@
 """Transaction APIs (KIP-98): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and
-the transactional branch of InitProducerId; the logic is in kcli/broker/transactions.py.
+the transactional branch of InitProducerId; the logic is in kcli/coordinator/transaction/coordinator.py.
 
 Clients older than each API's PRODUCER_FENCED version get INVALID_PRODUCER_EPOCH instead, as
 Kafka's KafkaApis translates it.
@@ -13,7 +13,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.broker.interbroker import InterBrokerError, from_a_broker, request as inter_broker_request
+from kcli.broker.authz import from_a_broker
+from kcli.protocol.interbroker import InterBrokerError, request as inter_broker_request
 
 
 def _fenced_for(code: int, version: int, first_version: int) -> int:
@@ -85,7 +86,7 @@ async def end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """Sent to the group's coordinator, which checks the group and the membership; the offsets
     are kept with the transaction, at its coordinator — here, or passed on to the broker that
-    coordinates the transactional id (kcli/broker/interbroker.py), which takes a passed-on
+    coordinates the transactional id (kcli/protocol/interbroker.py), which takes a passed-on
     request without checking the group again."""
     b = ctx.broker
     coord = _coordinator(ctx)
@@ -130,7 +131,7 @@ async def _pass_on(ctx: RequestContext, node: int, req: Any,
                    wanted: dict[tuple[str, int], tuple[int, int, str]]) -> dict[tuple[str, int], int]:
     """TxnOffsetCommit at the transactional id's coordinator ``node``; its codes per partition
     (COORDINATOR_NOT_AVAILABLE when it cannot be reached: the client retries)."""
-    from kcli.broker.transactions import offset_topics
+    from kcli.coordinator.transaction.state import offset_topics
 
     body = {"transactional_id": req.transactional_id, "group_id": req.group_id, "producer_id": int(req.producer_id),
             "producer_epoch": int(req.producer_epoch), "generation_id": -1, "member_id": "",
@@ -233,7 +234,7 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]
 
 @handler(66, "ListTransactions", 0, 1)
 async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    from kcli.broker.transactions import ONGOING, STATES, now_ms
+    from kcli.coordinator.transaction.state import ONGOING, STATES, now_ms
 
     coord = _coordinator(ctx)
     if coord is None:
@@ -260,7 +261,7 @@ async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """What Admin.abortTransaction (kafka-transactions.sh abort) sends to a partition's leader to
     close a hanging transaction: the marker is appended as the coordinator would."""
-    from kcli.broker.transactions import GROUP_MARKER_TOPIC, write_marker
+    from kcli.coordinator.transaction.coordinator import GROUP_MARKER_TOPIC, write_marker
 
     b = ctx.broker
     markers = []

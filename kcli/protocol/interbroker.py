@@ -8,7 +8,7 @@ through kcli's own protocol client, to the endpoint of the target's live registr
 retries while it still has work. Requests carry :data:`INTER_BROKER_CLIENT_ID`, by which the
 receiving broker knows that the sender already did the checks a client's request gets — only
 when the connection may also do what Kafka's inter-broker APIs need, ``ClusterAction`` on the
-cluster (:func:`from_a_broker`; without an authorizer everything is allowed, as in Kafka).
+cluster (:func:`kcli.broker.authz.from_a_broker`; without an authorizer everything is allowed, as in Kafka).
 """
 
 from __future__ import annotations
@@ -18,17 +18,6 @@ from typing import Any
 
 INTER_BROKER_CLIENT_ID = "kcli-inter-broker"
 REQUEST_TIMEOUT_S = 10.0
-
-
-def from_a_broker(ctx: Any) -> bool:
-    """Whether a request comes from another broker: its client id, on a connection allowed
-    ``ClusterAction`` on the cluster (a client merely naming itself so gets no shortcut)."""
-    if ctx.client_id != INTER_BROKER_CLIENT_ID:
-        return False
-    from kcli.broker.acl import CLUSTER_NAME, AclOperation, ResourceType
-    from kcli.broker.authz import authorize
-
-    return authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 class InterBrokerError(Exception):

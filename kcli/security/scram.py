@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kcli.broker.sasl import SaslAuthenticationFailed
+from kcli.security.sasl import SaslAuthenticationFailed
 
-log = logging.getLogger("kcli.broker.scram")
+log = logging.getLogger("kcli.security.scram")
 
 MAX_ITERATIONS = 16384  # Kafka's ScramControlManager.MAX_ITERATIONS
 DEFAULT_ITERATIONS = 4096  # kafka-configs.sh's default

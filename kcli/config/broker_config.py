@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kcli.broker.configs import BROKER_CONFIGS, ConfigError, format_value, parse_value
+from kcli.config.definitions import BROKER_CONFIGS, ConfigError, format_value, parse_value
 
 # Plugins take their own settings under these prefixes (Kafka style: "<prefix>.<key>").
 PLUGIN_PREFIXES = (

@@ -13,7 +13,7 @@ one operation on resources of one type whose names match a pattern: ``LITERAL`` 
 
 Codes are Kafka's (AclOperation, ResourceType, PatternType, AclPermissionType), so records,
 requests and the admin clients agree on them. This module knows nothing of the broker: the
-request side is kcli/broker/authz.py, the records are applied by kcli/broker/metadata_log.py.
+request side is kcli/broker/authz.py, the records are applied by kcli/metadata/metadata_log.py.
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ def authorizer_from_config(config: Any, acls: Callable[[], Mapping[str, AclBindi
                            version: Callable[[], int] | None = None) -> Authorizer | None:
     """The broker's authorizer, or None when ``authorizer.class.name`` is empty (everything allowed).
     A malformed ``super.users`` raises ConfigError, so the broker refuses to start."""
-    from kcli.broker.configs import ConfigError
+    from kcli.config.definitions import ConfigError
 
     if not config.get_str("authorizer.class.name"):
         return None

@@ -6,16 +6,21 @@ Kafka's ConfigDef uses ("Invalid value X for configuration Y: ..."), and map to 
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-INVALID_CONFIG = 40
+
+
+# What a broker started with diskless.system.enable=false answers for any diskless topic (and the
+# runbook simulator predicts): one sentence, so scripts can match it.
+DISKLESS_SYSTEM_DISABLED = "diskless.enable=true needs diskless.system.enable=true on the broker"
 
 
 class ConfigError(ValueError):
     """An unknown config name or a bad value (Kafka INVALID_CONFIG)."""
 
-    code = INVALID_CONFIG
+    code = ErrorCode.invalid_config
 
 
 Validator = Callable[[str, Any], None]
@@ -179,6 +184,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # Cluster mode (kcli/cluster/): Kafka's KRaft broker lease settings
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, "How often a broker renews its registration lease.", at_least(100), read_only=True),
     ConfigDef("broker.session.timeout.ms", "int", 9000, "A broker whose lease is older leaves Metadata responses.", at_least(500), read_only=True),
+    # Replication of classic partitions (kcli/broker/replica/), Kafka's names and defaults
+    ConfigDef("replica.lag.time.max.ms", "long", 30000,
+              "A follower that has not caught up with the leader's log end for this long leaves the ISR.", at_least(1), read_only=True),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower asks for per partition and fetch.", at_least(0), read_only=True),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500, "Longest a follower's fetch waits at the leader for data.", at_least(0), read_only=True),
+    ConfigDef("auto.leader.rebalance.enable", "boolean", True,
+              "The controller moves leadership back to preferred replicas of imbalanced brokers.", read_only=True),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300,
+              "How often the controller checks for leader imbalance.", at_least(1), read_only=True),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
+              "Share of a broker's preferred partitions it may not lead before a rebalance.", at_least(0), read_only=True),
+    ConfigDef("replica.fetch.backoff.ms", "int", 1000, "Pause of a follower after a failed fetch.", at_least(0), read_only=True),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
+              "How often each replica's high watermark is written to its replication-offset-checkpoint.", at_least(1), read_only=True),
     ConfigDef("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
     ConfigDef("default.replication.factor", "int", 1, "", at_least(1)),
     ConfigDef("auto.create.topics.enable", "boolean", True, "Create unknown topics on metadata requests."),
@@ -254,6 +273,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("diskless.file.cleaner.interval.ms", "long", 5000, "How often WAL objects are garbage collected.", at_least(1)),
     ConfigDef("diskless.fetch.cache.max.bytes", "long", 67108864, "Object-range cache for diskless fetches.", at_least(0)),
     ConfigDef("diskless.retention.check.interval.ms", "long", 60000, "How often diskless retention runs.", at_least(1)),
+    # Local segments of diskless replicas (KIP-1163 "Replicas", kcli/diskless/replica_cache.py)
+    ConfigDef("diskless.replica.cache.enable", "boolean", True,
+              "Keep local segments of the diskless partitions this broker holds a replica of, as a fetch cache.", read_only=True),
+    ConfigDef("diskless.replica.cache.start.bytes", "long", 104857600,
+              "A new replica's cache starts this many bytes before the log end (or at the log start, whichever is later).",
+              at_least(0), read_only=True),
+    ConfigDef("diskless.replica.cache.max.concurrent.partitions", "int", 4,
+              "Partitions whose cache is filled at the same time.", at_least(1), read_only=True),
     # Security
     ConfigDef("sasl.enabled.mechanisms", "list", [], "SASL mechanisms the listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
     ConfigDef("sasl.plain.users.file", "string", "", "File of user:hashed-secret lines for SASL/PLAIN."),
@@ -311,3 +338,57 @@ def normalise_topic_configs(configs: dict[str, Any]) -> dict[str, str]:
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym and d.broker_synonym in BROKER_CONFIGS
 )
+
+
+# Apache Kafka's broker configs that kcli does not implement (kcli/config/kafka_broker_configs.py,
+# the one list of Kafka's names). A dynamic change of one that Kafka can change at run time is
+# accepted and stored as Kafka stores it, and has no effect in kcli; DescribeConfigs says so.
+KAFKA_ONLY_NOTE = "Apache Kafka broker config that kcli does not implement: stored, described, no effect in kcli."
+
+
+def _kafka_only_defs() -> dict[str, ConfigDef]:
+    from kcli.config.kafka_broker_configs import KAFKA_CLUSTER_WIDE, KAFKA_PER_BROKER, KAFKA_READ_ONLY
+
+    types = {"class": "string", **{t: t for t in ("boolean", "int", "short", "long", "double", "list", "password")}}
+    out = {name: ConfigDef(name, "string", None, KAFKA_ONLY_NOTE, read_only=True) for name in KAFKA_READ_ONLY}
+    for table in (KAFKA_CLUSTER_WIDE, KAFKA_PER_BROKER):
+        for name, kafka_type in table.items():
+            out[name] = ConfigDef(name, types.get(kafka_type, "string"), None, KAFKA_ONLY_NOTE,
+                                  sensitive=kafka_type == "password")
+    return {name: d for name, d in sorted(out.items()) if name not in BROKER_CONFIGS}
+
+
+KAFKA_ONLY_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_only_defs()
+
+
+def broker_config_def(name: str) -> ConfigDef | None:
+    """The definition of broker config ``name``: kcli's own, else a Kafka config kcli does not
+    implement (``KAFKA_ONLY_BROKER_CONFIGS``), else None (a name Kafka does not know either)."""
+    return BROKER_CONFIGS.get(name) or KAFKA_ONLY_BROKER_CONFIGS.get(name)
+
+
+# What a dynamic change (IncrementalAlterConfigs/AlterConfigs, a BROKER ConfigRecord) may set:
+# kcli's dynamic configs, and Kafka's dynamic configs that kcli does not implement.
+ALTERABLE_BROKER_CONFIGS: frozenset[str] = DYNAMIC_BROKER_CONFIGS | frozenset(
+    name for name, d in KAFKA_ONLY_BROKER_CONFIGS.items() if not d.read_only)
+
+
+def broker_config_change_error(resource_name: str, names: Iterable[str]) -> str | None:
+    """Why a dynamic change of broker configs ``names`` on resource ``resource_name`` ("": the
+    cluster-wide default) is refused, in the words of Kafka's DynamicBrokerConfig.validateConfigs
+    (the caller answers INVALID_REQUEST), or None. Unknown names are the caller's (INVALID_CONFIG)."""
+    from kcli.config.kafka_broker_configs import KAFKA_LISTENER_ONLY, KAFKA_PER_BROKER
+
+    names = sorted(set(names))
+    static = [n for n in names if n not in ALTERABLE_BROKER_CONFIGS]
+    if static:
+        return f"Cannot update these configs dynamically: Set({', '.join(static)})"
+    listener_only = [n for n in names if n in KAFKA_LISTENER_ONLY and n in KAFKA_ONLY_BROKER_CONFIGS]
+    if listener_only:
+        return ("These security configs can be dynamically updated only per-listener using the listener prefix: "
+                f"Set({', '.join(listener_only)})")
+    per_broker = [n for n in names if n in KAFKA_PER_BROKER and n in KAFKA_ONLY_BROKER_CONFIGS]
+    if resource_name == "" and per_broker:
+        return ("Cannot update these configs at default cluster level, broker id must be specified: "
+                f"Set({', '.join(per_broker)})")
+    return None

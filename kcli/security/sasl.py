@@ -8,7 +8,7 @@ The users file is one ``name:secret`` line per user (``#`` comments allowed)::
     bob:pbkdf2-sha256$600000$<salt, base64>$<hash, base64>
 
 Operators create lines with ``kcli broker users add``; the broker re-reads the file when it
-changes, so adding or removing a user needs no restart. SCRAM (kcli/broker/scram.py) keeps its
+changes, so adding or removing a user needs no restart. SCRAM (kcli/security/scram.py) keeps its
 credentials in the cluster metadata instead; :class:`ListenerSasl` says which mechanisms are on.
 """
 
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from kcli.fsutil import atomic_write_text
-from kcli.broker.configs import ConfigError
+from kcli.config.definitions import ConfigError
 
-log = logging.getLogger("kcli.broker.sasl")
+log = logging.getLogger("kcli.security.sasl")
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # SCRAM: kcli/broker/scram.py
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # SCRAM: kcli/security/scram.py
 SCRYPT_DEFAULTS = (2**14, 8, 1)  # N, r, p: ~16 MiB and ~0.1 s per check on a small VM
 PBKDF2_DEFAULT_ITERATIONS = 600_000
 SCHEMES = ("scrypt", "pbkdf2-sha256")

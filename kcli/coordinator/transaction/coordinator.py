@@ -19,233 +19,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.groups import coordinator_node, offsets_partition
-from kcli.broker.interbroker import InterBrokerError, request as inter_broker_request
-from kcli.crcjson import decode_line, encode_line
-from kcli.fsutil import fsync_dir
+from kcli.coordinator.group.coordinator import coordinator_node, offsets_partition
+from kcli.protocol.interbroker import InterBrokerError, request as inter_broker_request
+from kcli.coordinator.transaction.state import (
+    COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, MAX_EPOCH, NO_PRODUCER_EPOCH, ONGOING, PREPARE_ABORT,
+    PREPARE_COMMIT, PREPARE_EPOCH_FENCE, PendingOffset, TopicPartition, TransactionFencedError,
+    TransactionMetadata, TransactionStateError, _now_ms, now_ms, offset_topics, state_error_code,
+)
 from kcli.records.control import marker_batch
 from kcli.storage.log import AppendOrigin
 
-log = logging.getLogger("kcli.broker.transactions")
+log = logging.getLogger("kcli.coordinator.transaction.coordinator")
 
-EMPTY = "Empty"
-ONGOING = "Ongoing"
-PREPARE_COMMIT = "PrepareCommit"
-PREPARE_ABORT = "PrepareAbort"
-COMPLETE_COMMIT = "CompleteCommit"
-COMPLETE_ABORT = "CompleteAbort"
-PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-DEAD = "Dead"
-STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, PREPARE_EPOCH_FENCE, DEAD)
-
-NONE = 0
-MAX_EPOCH = 32767 - 1  # Short.MaxValue - 1: past it the coordinator hands out a new producer id
-NO_PRODUCER_EPOCH = -1
 OWNERSHIP_CHECK_S = 1.0  # how often a cluster coordinator looks for ids that moved or were left open
 GROUP_MARKER_TOPIC = "__consumer_offsets"  # a WriteTxnMarkers for it ends a transaction's offsets at a group
 MARKER_ATTEMPTS = 3  # markers/offsets sent again this often within one completion, then by the timeout round
 
-TopicPartition = tuple[str, int]
-PendingOffset = tuple[int, int, str]  # offset, leader epoch, metadata
-
-
-@dataclass
-class TransactionMetadata:
-    """One transactional id's state (Kafka's TransactionMetadata, what its log records hold)."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: str = EMPTY
-    last_producer_epoch: int = NO_PRODUCER_EPOCH
-    partitions: frozenset[TopicPartition] = frozenset()
-    # TxnOffsetCommit offsets waiting for the commit: {group: {(topic, partition): offset}}
-    pending_offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
-    start_ms: int = -1
-    update_ms: int = -1
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "type": "txn", "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch, "last_producer_epoch": self.last_producer_epoch,
-            "timeout_ms": self.timeout_ms, "state": self.state,
-            "partitions": sorted([t, p] for t, p in self.partitions),
-            "pending_offsets": {g: [[t, p, *v] for (t, p), v in sorted(offs.items())]
-                                for g, offs in self.pending_offsets.items()},
-            "start_ms": self.start_ms, "update_ms": self.update_ms,
-        }
-
-    @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> "TransactionMetadata":
-        state = rec["state"]
-        if state not in STATES:
-            raise ValueError(f"unknown transaction state {state!r}")
-        return cls(
-            transactional_id=rec["transactional_id"], producer_id=int(rec["producer_id"]),
-            producer_epoch=int(rec["producer_epoch"]), timeout_ms=int(rec["timeout_ms"]), state=state,
-            last_producer_epoch=int(rec.get("last_producer_epoch", NO_PRODUCER_EPOCH)),
-            partitions=frozenset((t, int(p)) for t, p in rec.get("partitions", [])),
-            pending_offsets={g: {(t, int(p)): (int(o), int(e), str(m)) for t, p, o, e, m in offs}
-                             for g, offs in rec.get("pending_offsets", {}).items()},
-            start_ms=int(rec.get("start_ms", -1)), update_ms=int(rec.get("update_ms", -1)),
-        )
-
-
-class TransactionStateError(Exception):
-    """The transaction state log could not be written (answered as COORDINATOR_NOT_AVAILABLE)."""
-
-
-class TransactionFencedError(TransactionStateError):
-    """Another broker coordinates the transactional id now (answered as NOT_COORDINATOR)."""
-
-
-def state_error_code(err: TransactionStateError) -> int:
-    """What a client gets when the state could not be written: NOT_COORDINATOR (it asks
-    FindCoordinator again) when another broker took the id over, else COORDINATOR_NOT_AVAILABLE."""
-    return int(ErrorCode.not_coordinator if isinstance(err, TransactionFencedError) else ErrorCode.coordinator_not_available)
-
-
-class TransactionLog:
-    """The transaction state log in a directory: append-only, fsynced per write, compacted
-    (last record per transactional id) on open and when it holds twice what is live."""
-
-    shared = False  # one broker's own state: every transactional id is coordinated here
-
-    def __init__(self, directory: Path, compact_min_lines: int = 1000) -> None:
-        self.dir = Path(directory)
-        self.path = self.dir / "transactions.log"
-        self.compact_min_lines = compact_min_lines
-        self.lines = 0
-        self._fd: int | None = None
-        self._io = threading.Lock()
-        self._write_lock: asyncio.Lock | None = None
-
-    @property
-    def location(self) -> str:
-        return f"transaction state log {self.path}"
-
-    def open(self) -> dict[str, TransactionMetadata]:
-        """Blocking: replay the log (dropping a torn tail) and return the state per id."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        state: dict[str, TransactionMetadata] = {}
-        if self.path.exists():
-            data = self.path.read_bytes()
-            pos = good = 0
-            while pos < len(data):
-                nl = data.find(b"\n", pos)
-                if nl < 0:
-                    break
-                rec = decode_line(data[pos:nl])
-                if rec is None:
-                    break
-                self._apply(state, rec)
-                self.lines += 1
-                pos = good = nl + 1
-            if good < len(data):
-                log.warning("%s: dropping %d bytes after the last valid record", self.path, len(data) - good)
-                with open(self.path, "r+b") as f:
-                    f.truncate(good)
-                    os.fsync(f.fileno())
-        self._rewrite(state)
-        return state
-
-    @staticmethod
-    def _apply(state: dict[str, TransactionMetadata], rec: dict[str, Any]) -> None:
-        kind = rec.get("type")
-        if kind == "txn":
-            md = TransactionMetadata.from_record(rec)
-            state[md.transactional_id] = md
-        elif kind == "txn_delete":
-            state.pop(rec["transactional_id"], None)
-        else:
-            log.warning("transaction state log: skipping unknown record type %r", kind)
-
-    def _rewrite(self, state: dict[str, TransactionMetadata]) -> None:
-        tmp = self.dir / "transactions.log.compacting"
-        data = b"".join(encode_line(md.to_record()) for md in state.values())
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with self._io:
-            os.replace(tmp, self.path)
-            fsync_dir(self.dir)
-            if self._fd is not None:
-                os.close(self._fd)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
-        self.lines = len(state)
-
-    def _write_io(self, data: bytes) -> None:
-        with self._io:
-            if self._fd is None:
-                raise OSError("the transaction state log is closed")
-            size = os.fstat(self._fd).st_size
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view):]
-                os.fsync(self._fd)
-            except OSError:
-                try:
-                    os.ftruncate(self._fd, size)
-                except OSError:
-                    pass
-                raise
-
-    async def write(self, records: list[dict[str, Any]], live: dict[str, TransactionMetadata]) -> None:
-        """Make ``records`` durable (TransactionStateError if not); compact when worthwhile."""
-        if self._write_lock is None:
-            self._write_lock = asyncio.Lock()
-        async with self._write_lock:
-            try:
-                await asyncio.to_thread(self._write_io, b"".join(encode_line(r) for r in records))
-            except OSError as err:
-                raise TransactionStateError(f"cannot write {self.path}: {err}") from err
-            self.lines += len(records)
-            if self.lines > max(self.compact_min_lines, 2 * len(live)):
-                snapshot = {tid: replace(md) for tid, md in live.items()}
-                for rec in records:
-                    self._apply(snapshot, rec)
-                try:
-                    await asyncio.to_thread(self._rewrite, snapshot)
-                except OSError as err:
-                    log.error("%s: compaction failed: %s", self.path, err)
-
-    def release(self, tid: str) -> None:
-        """Nothing to let go: a single broker coordinates every id."""
-
-    def close(self) -> None:
-        with self._io:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-
-def offset_topics(offsets: dict[TopicPartition, PendingOffset]) -> list[dict[str, Any]]:
-    """Offsets as the ``topics`` of an OffsetCommit / TxnOffsetCommit request."""
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
-                                               "committed_leader_epoch": leader_epoch, "committed_metadata": metadata})
-    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-_now_ms = now_ms
 
 
 # Bounds the wait for a diskless marker's WAL object (upload + commit); the appender answers
@@ -291,7 +87,7 @@ async def write_marker(b: Any, topic: str, partition: int, commit: bool, produce
             log.exception("writing a marker to %s-%d failed", topic, partition)
             return int(ErrorCode.kafka_storage_error)
         return int(code)
-    return NONE
+    return ErrorCode.none
 
 
 class TransactionCoordinator:
@@ -309,7 +105,7 @@ class TransactionCoordinator:
     over ids left open by a broker that died: it completes their PrepareCommit/PrepareAbort and
     the timeout round aborts their Ongoing transactions. Markers for a classic partition hosted
     by another broker go there as WriteTxnMarkers; a group's offsets are committed at the group's
-    coordinator (:mod:`kcli.broker.interbroker`).
+    coordinator (:mod:`kcli.protocol.interbroker`).
     """
 
     def __init__(self, store: Any, broker: Any) -> None:
@@ -373,13 +169,13 @@ class TransactionCoordinator:
         if not self.active:
             return ErrorCode.coordinator_not_available
         if not self.shared or not tid:
-            return NONE
+            return ErrorCode.none
         if self.coordinator_of(tid) != self.broker.node_id:
             if tid in self._loaded:
                 self._release(tid, f"it moved to node {self.coordinator_of(tid)}")
             return ErrorCode.not_coordinator
         if tid in self._loaded:
-            return NONE
+            return ErrorCode.none
         async with self._lock(tid):
             if tid not in self._loaded:
                 try:
@@ -396,7 +192,7 @@ class TransactionCoordinator:
                          md.state if md is not None else "new")
                 if md is not None and md.state in (PREPARE_COMMIT, PREPARE_ABORT):
                     await self._complete(md)
-        return NONE if tid in self._loaded else ErrorCode.not_coordinator
+        return ErrorCode.none if tid in self._loaded else ErrorCode.not_coordinator
 
     def _release(self, tid: str, why: str) -> None:
         self._loaded.discard(tid)
@@ -474,7 +270,7 @@ class TransactionCoordinator:
         if md is None:
             md = TransactionMetadata(tid, self.broker.allocate_producer_id(), 0, timeout_ms)
             await self._persist(md)
-            return NONE, md.producer_id, md.producer_epoch
+            return ErrorCode.none, md.producer_id, md.producer_epoch
         if expected_pid >= 0 and not (expected_pid == md.producer_id and
                                       expected_epoch in (md.producer_epoch, md.last_producer_epoch)):
             return ErrorCode.producer_fenced, -1, -1
@@ -487,7 +283,7 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions, -1, -1
         if expected_pid >= 0 and expected_epoch == md.last_producer_epoch and md.last_producer_epoch >= 0 \
                 and expected_epoch != md.producer_epoch:
-            return NONE, md.producer_id, md.producer_epoch  # a retry of a bump already made
+            return ErrorCode.none, md.producer_id, md.producer_epoch  # a retry of a bump already made
         if md.producer_epoch >= MAX_EPOCH:
             new = replace(md, producer_id=self.broker.allocate_producer_id(), producer_epoch=0,
                           last_producer_epoch=NO_PRODUCER_EPOCH)
@@ -495,7 +291,7 @@ class TransactionCoordinator:
             new = replace(md, producer_epoch=md.producer_epoch + 1, last_producer_epoch=md.producer_epoch)
         new = replace(new, timeout_ms=timeout_ms, state=EMPTY, partitions=frozenset(), pending_offsets={}, start_ms=-1)
         await self._persist(new)
-        return NONE, new.producer_id, new.producer_epoch
+        return ErrorCode.none, new.producer_id, new.producer_epoch
 
     # -- checks shared by the in-transaction APIs
     def _check(self, tid: str, pid: int, epoch: int) -> tuple[int, TransactionMetadata | None]:
@@ -512,7 +308,7 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions, None
         if md.state in (PREPARE_EPOCH_FENCE, DEAD):
             return ErrorCode.invalid_txn_state, None
-        return NONE, md
+        return ErrorCode.none, md
 
     def _begin(self, md: TransactionMetadata) -> TransactionMetadata:
         """The metadata with the transaction started (Ongoing) if it was not yet."""
@@ -535,7 +331,7 @@ class TransactionCoordinator:
             if any(bad.values()):
                 return {tp: (code or ErrorCode.operation_not_attempted) for tp, code in bad.items()}
             if md.state == ONGOING and set(partitions) <= md.partitions:
-                return {tp: NONE for tp in partitions}
+                return {tp: ErrorCode.none for tp in partitions}
             new = self._begin(md)
             new.partitions = new.partitions | frozenset(partitions)
             try:
@@ -543,14 +339,14 @@ class TransactionCoordinator:
             except TransactionStateError as err_:
                 log.error("AddPartitionsToTxn %s: %s", tid, err_)
                 return {tp: state_error_code(err_) for tp in partitions}
-            return {tp: NONE for tp in partitions}
+            return {tp: ErrorCode.none for tp in partitions}
 
     def _partition_error(self, tp: TopicPartition) -> int:
         b = self.broker
         t = b.topic(tp[0])
         if t is None or tp[1] not in t.partitions:
             return ErrorCode.unknown_topic_or_partition
-        return NONE
+        return ErrorCode.none
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group's offsets will be committed with the transaction."""
@@ -562,7 +358,7 @@ class TransactionCoordinator:
             if md is None:
                 return err
             if md.state == ONGOING and group_id in md.pending_offsets:
-                return NONE
+                return ErrorCode.none
             new = self._begin(md)
             new.pending_offsets = {**new.pending_offsets, group_id: dict(new.pending_offsets.get(group_id, {}))}
             try:
@@ -570,7 +366,7 @@ class TransactionCoordinator:
             except TransactionStateError as err_:
                 log.error("AddOffsetsToTxn %s: %s", tid, err_)
                 return state_error_code(err_)
-            return NONE
+            return ErrorCode.none
 
     async def txn_offset_commit(self, tid: str, group_id: str, pid: int, epoch: int,
                                 offsets: dict[TopicPartition, PendingOffset]) -> dict[TopicPartition, int]:
@@ -592,7 +388,7 @@ class TransactionCoordinator:
             except TransactionStateError as err_:
                 log.error("TxnOffsetCommit %s: %s", tid, err_)
                 return {tp: state_error_code(err_) for tp in offsets}
-            return {tp: NONE for tp in offsets}
+            return {tp: ErrorCode.none for tp in offsets}
 
     # -- EndTxn
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> int:
@@ -616,11 +412,11 @@ class TransactionCoordinator:
                     log.error("EndTxn %s: %s", tid, err)
                     return state_error_code(err)
                 await self._complete(new)
-                return NONE
+                return ErrorCode.none
             if md.state == COMPLETE_COMMIT:
-                return NONE if commit else ErrorCode.invalid_txn_state
+                return ErrorCode.none if commit else ErrorCode.invalid_txn_state
             if md.state == COMPLETE_ABORT:
-                return NONE if not commit else ErrorCode.invalid_txn_state
+                return ErrorCode.none if not commit else ErrorCode.invalid_txn_state
             if md.state == PREPARE_COMMIT:
                 return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
             if md.state == PREPARE_ABORT:
@@ -678,7 +474,7 @@ class TransactionCoordinator:
             if t is None or partition not in t.partitions:
                 continue  # the topic is gone: nothing left to mark
             p = t.partitions[partition]
-            if b.is_diskless(t) or b.hosts(p):
+            if b.is_diskless(t) or b.leads(p):  # a replicated partition's markers go to its leader
                 local.append((topic, partition))
             else:
                 remote.setdefault(b.metadata.partition_host(p.leader), []).append((topic, partition))
@@ -754,7 +550,7 @@ class TransactionCoordinator:
         as it checked the membership when TxnOffsetCommit arrived)."""
         groups = self.broker.groups
         routed = await groups.route(group_id)
-        if routed == NONE:
+        if routed == ErrorCode.none:
             await groups.commit_transactional_offsets(group_id, offsets)
             return
         if routed != ErrorCode.not_coordinator:
@@ -776,7 +572,7 @@ class TransactionCoordinator:
         In a cluster, where the id is coordinated by another broker, the Produce is accepted and
         the partition's producer state refuses an older epoch (as Kafka before KIP-890 does)."""
         if self.shared and tid not in self._loaded:
-            return NONE
+            return ErrorCode.none
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return ErrorCode.invalid_producer_id_mapping
@@ -784,7 +580,7 @@ class TransactionCoordinator:
             return ErrorCode.invalid_producer_epoch
         if md.state != ONGOING or tp not in md.partitions:
             return ErrorCode.invalid_txn_state
-        return NONE
+        return ErrorCode.none
 
     def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
         """Whether an open transaction holds an offset for ``tp`` of the group (OffsetFetch with
@@ -848,4 +644,4 @@ class TransactionCoordinator:
                 await self._fence_and_abort(md, recoverable=True)
             except TransactionStateError as err:
                 return state_error_code(err)
-            return NONE
+            return ErrorCode.none

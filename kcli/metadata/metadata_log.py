@@ -22,9 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from kcli.broker.acl import AclBinding, check_acl_record
-from kcli.broker.configs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, parse_value
-from kcli.broker.scram import ScramCredential, check_credential_record
+from kio.schema.errors import ErrorCode
+
+from kcli.security.acl import AclBinding, check_acl_record
+from kcli.config.definitions import (ALTERABLE_BROKER_CONFIGS, BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError,
+                                     broker_config_def, parse_value)
+from kcli.security.scram import ScramCredential, check_credential_record
 from kcli.crcjson import decode_line, encode_line
 from kcli.protocol.errors import BrokerError
 
@@ -45,9 +48,6 @@ class InvalidRecordError(BrokerError):
     """A metadata record the broker could not replay; refused before it is written."""
 
 
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-UNKNOWN_SERVER_ERROR = -1
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -64,11 +64,11 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "TopicTieredStateRecord": {"topicId": _STR, "tieredEpoch": _INT, "tieredState": _STR},
     "RemoveTopicRecord": {"topicId": _STR},
     "ProducerIdsRecord": {"nextProducerId": _INT},
-    # KRaft's SCRAM records; salt and keys as base64 (kcli/broker/scram.py)
+    # KRaft's SCRAM records; salt and keys as base64 (kcli/security/scram.py)
     "UserScramCredentialRecord": {"name": _STR, "mechanism": _INT, "salt": _STR, "storedKey": _STR,
                                   "serverKey": _STR, "iterations": _INT},
     "RemoveUserScramCredentialRecord": {"name": _STR, "mechanism": _INT},
-    # KRaft's ACL records (kcli/broker/acl.py)
+    # KRaft's ACL records (kcli/security/acl.py)
     "AccessControlEntryRecord": {"id": _STR, "resourceType": _INT, "resourceName": _STR, "patternType": _INT,
                                  "principal": _STR, "host": _STR, "operation": _INT, "permissionType": _INT},
     "RemoveAccessControlEntryRecord": {"id": _STR},
@@ -80,63 +80,105 @@ def check_record(rec: Any) -> None:
     with the right types, ids that parse, a legal topic name, and config values that pass the
     same validation a request gets (so start-up never meets a value it refuses)."""
     if not isinstance(rec, dict) or not isinstance(rec.get("data"), dict):
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, "metadata record is not {type, data}")
+        raise InvalidRecordError(ErrorCode.unknown_server_error, "metadata record is not {type, data}")
     kind, d = rec.get("type"), rec["data"]
     fields = _REQUIRED.get(kind) if isinstance(kind, str) else None
     if fields is None:
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"unknown metadata record type {kind}")
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"unknown metadata record type {kind}")
     for name, types in fields.items():
         v = d.get(name)
         if not isinstance(v, types) or isinstance(v, bool):
-            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind} field {name} is missing or not {types[0].__name__}")
+            raise InvalidRecordError(ErrorCode.unknown_server_error, f"{kind} field {name} is missing or not {types[0].__name__}")
     try:
         if "topicId" in d:
             uuid.UUID(d["topicId"])
     except ValueError:
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind} has a bad topicId {d['topicId']!r}") from None
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"{kind} has a bad topicId {d['topicId']!r}") from None
     if kind == "TopicRecord" and (not _LEGAL_TOPIC.match(d["name"]) or d["name"] in (".", "..")):
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"TopicRecord has an illegal topic name {d['name']!r}")
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"TopicRecord has an illegal topic name {d['name']!r}")
     if kind == "ConfigRecord":
         _check_config(d)
+    if kind == "PartitionChangeRecord":
+        _check_partition_change(d)
     if kind in ("UserScramCredentialRecord", "RemoveUserScramCredentialRecord"):
         try:
             check_credential_record(kind, d)
         except ValueError as err:
-            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, str(err)) from None
+            raise InvalidRecordError(ErrorCode.unknown_server_error, str(err)) from None
     if kind in ("AccessControlEntryRecord", "RemoveAccessControlEntryRecord"):
         try:
             check_acl_record(kind, d)
         except ValueError as err:
-            raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"{kind}: {err}") from None
+            raise InvalidRecordError(ErrorCode.unknown_server_error, f"{kind}: {err}") from None
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def _check_partition_change(d: dict[str, Any]) -> None:
+    """Kafka's PartitionChangeRecord fields (leader, isr, leaderEpoch, replicas, addingReplicas,
+    removingReplicas) plus kcli's fencing fields
+    (``expectedPartitionEpoch``, ``expectedLeaderEpoch``: the partition state the change was
+    computed from; kcli/cluster/conflicts.py refuses it against any other)."""
+    for name in ("leader", "leaderEpoch", "mode", "expectedPartitionEpoch", "expectedLeaderEpoch"):
+        if name in d and (not isinstance(d[name], int) or isinstance(d[name], bool)):
+            raise InvalidRecordError(ErrorCode.unknown_server_error, f"PartitionChangeRecord field {name} is not int")
+    if "isr" in d:
+        if not _ints(d["isr"]) or len(set(d["isr"])) != len(d["isr"]) or not d["isr"]:
+            raise InvalidRecordError(ErrorCode.unknown_server_error, "PartitionChangeRecord isr is not a list of distinct broker ids")
+        if d.get("leader", -1) >= 0 and d["leader"] not in d["isr"]:
+            raise InvalidRecordError(ErrorCode.unknown_server_error,
+                                     f"PartitionChangeRecord leader {d['leader']} is not in its isr {d['isr']}")
+    if d.get("leader", 0) < -1:
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"PartitionChangeRecord leader {d['leader']} is not a broker id or -1")
+    # Kafka's reassignment fields: the replica set (adding replicas included, removing ones not yet
+    # dropped) and, while a reassignment runs, the replicas it adds and removes
+    for name in ("replicas", "addingReplicas", "removingReplicas"):
+        if name in d and (not _ints(d[name]) or len(set(d[name])) != len(d[name]) or any(r < 0 for r in d[name])):
+            raise InvalidRecordError(ErrorCode.unknown_server_error, f"PartitionChangeRecord {name} is not a list of distinct broker ids")
+    if "replicas" in d:
+        reps = d["replicas"]
+        if not reps:
+            raise InvalidRecordError(ErrorCode.unknown_server_error, "PartitionChangeRecord replicas is empty")
+        for name in ("addingReplicas", "removingReplicas", "isr"):
+            if any(r not in reps for r in d.get(name, [])):
+                raise InvalidRecordError(ErrorCode.unknown_server_error,
+                                         f"PartitionChangeRecord {name} {d[name]} are not all in its replicas {reps}")
+        if d.get("leader", -1) >= 0 and d["leader"] not in reps:
+            raise InvalidRecordError(ErrorCode.unknown_server_error,
+                                     f"PartitionChangeRecord leader {d['leader']} is not in its replicas {reps}")
+    if set(d.get("addingReplicas", [])) & set(d.get("removingReplicas", [])):
+        raise InvalidRecordError(ErrorCode.unknown_server_error, "PartitionChangeRecord adds and removes the same replica")
 
 
 def _check_config(d: dict[str, Any]) -> None:
     if "value" not in d:  # null deletes the config; absent is a malformed record
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"ConfigRecord of {d['name']} has no value field")
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"ConfigRecord of {d['name']} has no value field")
     value = d["value"]
     if value is not None and not isinstance(value, str):
-        raise InvalidRecordError(INVALID_CONFIG, f"ConfigRecord value of {d['name']} is not a string")
+        raise InvalidRecordError(ErrorCode.invalid_config, f"ConfigRecord value of {d['name']} is not a string")
     if d["resourceType"] == TOPIC_RESOURCE:
         defs = TOPIC_CONFIGS
     elif d["resourceType"] == BROKER_RESOURCE:
         defs = BROKER_CONFIGS
     else:
-        raise InvalidRecordError(UNKNOWN_SERVER_ERROR, f"ConfigRecord has an unknown resource type {d['resourceType']}")
-    cd = defs.get(d["name"])
+        raise InvalidRecordError(ErrorCode.unknown_server_error, f"ConfigRecord has an unknown resource type {d['resourceType']}")
+    cd = defs.get(d["name"]) if defs is TOPIC_CONFIGS else broker_config_def(d["name"])
     if cd is None:
-        raise InvalidRecordError(INVALID_CONFIG, f"Unknown {'topic' if defs is TOPIC_CONFIGS else 'broker'} config name: {d['name']}")
+        raise InvalidRecordError(ErrorCode.invalid_config, f"Unknown {'topic' if defs is TOPIC_CONFIGS else 'broker'} config name: {d['name']}")
     if defs is BROKER_CONFIGS:
         # resource name "" is the cluster-wide default, else a broker's node id (Kafka's BROKER resource)
         if d["resourceName"] and not d["resourceName"].isdigit():
-            raise InvalidRecordError(INVALID_REQUEST, f"Unable to parse broker name {d['resourceName']!r} as a base 10 number.")
-        if d["name"] not in DYNAMIC_BROKER_CONFIGS:
-            raise InvalidRecordError(INVALID_REQUEST, f"Cannot update these configs dynamically: Set({d['name']})")
+            raise InvalidRecordError(ErrorCode.invalid_request, f"Unable to parse broker name {d['resourceName']!r} as a base 10 number.")
+        if d["name"] not in ALTERABLE_BROKER_CONFIGS:  # kcli's dynamic configs, Kafka's that kcli stores only
+            raise InvalidRecordError(ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({d['name']})")
     if value is None:
         return
     try:
         parse_value(cd, value)
     except ConfigError as err:
-        raise InvalidRecordError(INVALID_CONFIG, str(err)) from None
+        raise InvalidRecordError(ErrorCode.invalid_config, str(err)) from None
 
 
 @dataclass
@@ -149,6 +191,9 @@ class PartitionState:
     partition_epoch: int = 0
     mode: int = MODE_READ_WRITE
     delete_at_ms: int | None = None  # set while a KIP-694 deletion is pending
+    # a reassignment in progress (Kafka's addingReplicas / removingReplicas; both within replicas)
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -175,7 +220,7 @@ class ClusterState:
     next_producer_id: int = 1000
     # SCRAM credentials: user name -> mechanism type (1 SHA-256, 2 SHA-512) -> credential
     scram_credentials: dict[str, dict[int, ScramCredential]] = field(default_factory=dict)
-    # ACLs by record id (AccessControlEntryRecord); the authorizer reads them (kcli/broker/acl.py)
+    # ACLs by record id (AccessControlEntryRecord); the authorizer reads them (kcli/security/acl.py)
     acls: dict[str, AclBinding] = field(default_factory=dict)
     acls_version: int = 0  # bumped by every ACL record: the authorizer re-indexes then
 
@@ -202,6 +247,7 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
             t.partitions[d["partitionId"]] = PartitionState(
                 d["partitionId"], d["leader"], d["replicas"], d["isr"], d.get("leaderEpoch", 0),
                 d.get("partitionEpoch", 0), d.get("mode", MODE_READ_WRITE), d.get("deleteAtMs"),
+                list(d.get("addingReplicas") or []), list(d.get("removingReplicas") or []),
             )
     elif kind == "PartitionChangeRecord":
         t = state.topic_by_id(uuid.UUID(d["topicId"]))
@@ -213,6 +259,16 @@ def _apply(state: ClusterState, rec: dict[str, Any]) -> None:
                 p.delete_at_ms = d["deleteAtMs"]
             if "leaderEpoch" in d:
                 p.leader_epoch = d["leaderEpoch"]
+            if "leader" in d:
+                p.leader = d["leader"]
+            if "isr" in d:
+                p.isr = list(d["isr"])
+            if "replicas" in d:
+                p.replicas = list(d["replicas"])
+            if "addingReplicas" in d:
+                p.adding_replicas = list(d["addingReplicas"])
+            if "removingReplicas" in d:
+                p.removing_replicas = list(d["removingReplicas"])
             p.partition_epoch += 1
             if p.mode == MODE_NONE:
                 del t.partitions[d["partitionId"]]
@@ -363,8 +419,11 @@ class MetadataLog:
 
 def partition_record(topic_id: uuid.UUID, p: PartitionState) -> dict[str, Any]:
     d = asdict(p)
+    extra = {}
+    if d["adding_replicas"] or d["removing_replicas"]:
+        extra = {"addingReplicas": d["adding_replicas"], "removingReplicas": d["removing_replicas"]}
     return record(
         "PartitionRecord", topicId=topic_id, partitionId=d["partition"], leader=d["leader"],
         replicas=d["replicas"], isr=d["isr"], leaderEpoch=d["leader_epoch"],
-        partitionEpoch=d["partition_epoch"], mode=d["mode"], deleteAtMs=d["delete_at_ms"],
+        partitionEpoch=d["partition_epoch"], mode=d["mode"], deleteAtMs=d["delete_at_ms"], **extra,
     )

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kcli.broker.broker_config import LISTENER_PREFIX, PLUGIN_PREFIXES
-from kcli.broker.configs import BROKER_CONFIGS, ConfigError
+from kcli.config.broker_config import LISTENER_PREFIX, PLUGIN_PREFIXES
+from kcli.config.definitions import BROKER_CONFIGS, ConfigError
 
 # Kafka's millisecond settings that also come in coarser units: ms over minutes over hours.
 _TIME_UNITS = {

@@ -27,41 +27,24 @@ does not coordinate. On one broker every group is coordinated here, as before.
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import logging
-import os
 import struct
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from kcli.crcjson import decode_line, encode_line
 
-log = logging.getLogger("kcli.broker.groups")
+from kcli.coordinator.group.offsets import (CommittedOffsetStore, OffsetAndMetadata, OffsetStore, OffsetStoreError,
+                                             commit_record)
+from kcli.coordinator.placement import coordinator_node, offsets_partition
+
+log = logging.getLogger("kcli.coordinator.group.coordinator")
 
 # Kafka error codes the coordinator answers with.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = int(ErrorCode.group_subscribed_to_topic)  # OffsetDelete (KIP-496)
 
 # Group states, spelled as Kafka reports them in ListGroups / DescribeGroups.
 EMPTY = "Empty"
@@ -111,50 +94,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-# ---- which broker coordinates a group ----------------------------------------------------------
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (31-polynomial over UTF-16 code units, int32 overflow)."""
-    h = 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-@functools.lru_cache(maxsize=65536)
-def offsets_partition(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``GroupCoordinator.partitionFor``: ``Utils.abs(groupId.hashCode) % partitions``
-    (Utils.abs maps Integer.MIN_VALUE to 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % max(1, num_partitions)
-
-
-def coordinator_node(partition: int, node_ids: Iterable[int]) -> int:
-    """The node that coordinates the groups of ``__consumer_offsets`` partition ``partition``:
-    the highest random weight over the live nodes (rendezvous hashing), so that a departing
-    node moves only its own partitions and every broker with the same live set agrees."""
-
-    def weight(node: int) -> tuple[int, int]:
-        digest = hashlib.blake2b(f"{partition}/{node}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big"), node
-
-    nodes = list(node_ids)
-    if not nodes:
-        raise ValueError("no live node to coordinate groups")
-    return max(nodes, key=weight)
-
-
 # ---- results handed to the API handlers --------------------------------------------------------
 
-
-@dataclass
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp_ms: int = 0
 
 
 @dataclass
@@ -332,8 +273,8 @@ class Group:
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
         member = self.members.pop(old_id)
         # Fence whoever still waits under the old id: a duplicate instance must shut down.
-        _answer_join(member, JoinResult(error=FENCED_INSTANCE_ID, member_id=old_id))
-        _answer_sync(member, SyncResult(error=FENCED_INSTANCE_ID))
+        _answer_join(member, JoinResult(error=ErrorCode.fenced_instance_id, member_id=old_id))
+        _answer_sync(member, SyncResult(error=ErrorCode.fenced_instance_id))
         member.member_id = new_id
         self.members[new_id] = member
         if self.leader_id == old_id:
@@ -351,11 +292,11 @@ class Group:
         if instance_id is not None:
             existing = self.static_members.get(instance_id)
             if existing is None:
-                return UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             if existing != member_id:
-                return FENCED_INSTANCE_ID
-            return NONE
-        return NONE if member_id in self.members else UNKNOWN_MEMBER_ID
+                return ErrorCode.fenced_instance_id
+            return ErrorCode.none
+        return ErrorCode.none if member_id in self.members else ErrorCode.unknown_member_id
 
     def has_all_members_joined(self) -> bool:
         return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
@@ -467,354 +408,6 @@ def _answer_sync(member: Member, result: SyncResult) -> bool:
     return True
 
 
-# ---- durable offsets ---------------------------------------------------------------------------
-
-
-class OffsetStoreError(Exception):
-    """The offsets store cannot be read or written; ``error_code`` is what a client gets (Kafka
-    answers a failed offsets-log append with NOT_COORDINATOR; an unreachable shared store is
-    COORDINATOR_NOT_AVAILABLE). ``fenced``: another broker took the group over through the store."""
-
-    def __init__(self, message: str, error_code: int = NOT_COORDINATOR, *, fenced: bool = False) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.fenced = fenced
-
-
-class CommittedOffsetStore(Protocol):
-    """What the coordinator needs from durable offsets, whoever holds them.
-
-    ``offsets`` and ``protocol_types`` hold the groups loaded here. A group is read and written
-    only between :meth:`load_group` and :meth:`unload_group`; a store shared by several brokers
-    makes the last broker that loaded a group its only writer (the others' writes fail with a
-    fenced OffsetStoreError) and loads the state the store has at that moment.
-    """
-
-    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
-    protocol_types: dict[str, str]
-
-    @property
-    def location(self) -> str:
-        """Where the offsets are, for messages."""
-
-    def open(self) -> None:
-        """Blocking: make the store usable (raises OSError / OffsetStoreError)."""
-
-    async def close(self) -> None:
-        """Finish pending writes and release files or connections."""
-
-    def group_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
-        """Committed offsets of a loaded group."""
-
-    def has_offsets(self, group_id: str) -> bool:
-        """Whether a loaded group has committed offsets."""
-
-    async def append(self, records: list[dict[str, Any]]) -> None:
-        """Make ``records`` durable, then apply them; OffsetStoreError when they are not stored."""
-
-    def append_behind(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records`` now and write them without waiting (deletions, protocol types)."""
-
-    async def load_group(self, group_id: str) -> None:
-        """Become the group's writer and load its stored state (OffsetStoreError if unreachable)."""
-
-    def unload_group(self, group_id: str) -> None:
-        """Forget the group here (another broker coordinates it now, or nothing is left of it)."""
-
-    async def stored_groups(self) -> dict[str, str]:
-        """``{group_id: protocol_type}`` of every group with stored state, loaded or not."""
-
-    async def lost_groups(self, group_ids: Iterable[str]) -> set[str]:
-        """Of ``group_ids``, the loaded groups another broker has taken over since."""
-
-
-_encode = encode_line
-_decode = decode_line
-
-
-class OffsetStore:
-    """Committed offsets per group, backed by an append-only fsynced log.
-
-    A commit becomes visible only after its record is on disk, so a commit that was answered
-    survives kill -9. Deletions (group, topic, expired offsets) take effect at once and are
-    written behind: losing one in a crash only brings back offsets nobody can use.
-    """
-
-    def __init__(self, directory: Path, compact_min_lines: int = 10000) -> None:
-        self.dir = Path(directory)
-        self.path = self.dir / "offsets.log"
-        self.compact_min_lines = compact_min_lines
-        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
-        self.protocol_types: dict[str, str] = {}
-        self.lines = 0
-        self.compactions = 0
-        self._next_check = 0
-        self._fd: int | None = None
-        self._size = 0
-        self._io_lock = threading.Lock()
-        self._pending: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]] = []
-        self._flusher: asyncio.Task[None] | None = None
-
-    # -- lifecycle
-    def open(self) -> None:
-        created = not self.dir.exists()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if created:
-            _fsync_dir(self.dir.parent)
-        if self.path.exists():
-            self._replay()
-        existed = self.path.exists()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if not existed:
-            _fsync_dir(self.dir)
-        self._size = os.fstat(self._fd).st_size
-        if self._should_compact():
-            self._rewrite(self._snapshot())
-
-    def _replay(self) -> None:
-        data = self.path.read_bytes()
-        pos = good_end = 0
-        while pos < len(data):
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break  # torn tail
-            line = data[pos:nl]
-            if line:
-                rec = _decode(line)
-                if rec is None:
-                    break  # like Kafka's log recovery: stop at the first invalid record
-                self._apply(rec)
-                self.lines += 1
-            pos = good_end = nl + 1
-        if good_end < len(data):
-            log.warning("offsets log %s: dropping %d bytes after the last valid record at byte %d",
-                        self.path, len(data) - good_end, good_end)
-            with open(self.path, "r+b") as f:
-                f.truncate(good_end)
-                os.fsync(f.fileno())
-
-    async def close(self) -> None:
-        while self._flusher is not None and not self._flusher.done():
-            try:
-                await asyncio.shield(self._flusher)
-            except Exception:
-                log.exception("offsets log %s: flush failed", self.path)
-        if self._pending:  # written behind without a running flusher
-            self._write_batch(self._take_pending())
-        with self._io_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    @property
-    def location(self) -> str:
-        return f"offsets log in {self.dir}"
-
-    # -- groups: this broker is the only writer of its data dir, so every group stays loaded
-    async def load_group(self, group_id: str) -> None:
-        return None
-
-    def unload_group(self, group_id: str) -> None:
-        return None
-
-    async def stored_groups(self) -> dict[str, str]:
-        return {gid: self.protocol_types.get(gid, "") for gid in set(self.offsets) | set(self.protocol_types)}
-
-    async def lost_groups(self, group_ids: Iterable[str]) -> set[str]:
-        return set()
-
-    # -- reading
-    def group_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
-        return self.offsets.get(group_id, {})
-
-    def has_offsets(self, group_id: str) -> bool:
-        return bool(self.offsets.get(group_id))
-
-    def live_records(self) -> int:
-        return sum(len(v) for v in self.offsets.values()) + len(self.protocol_types)
-
-    # -- writing
-    async def append(self, records: list[dict[str, Any]]) -> None:
-        """Make ``records`` durable, then apply them; raises OffsetStoreError on I/O failure."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((records, fut))
-        self._kick()
-        await fut
-
-    def append_behind(self, records: list[dict[str, Any]]) -> None:
-        """Apply ``records`` now and write them without waiting (deletions, metadata)."""
-        # Every group is in memory here: a topic deletion that drops nothing needs no line.
-        records = [r for r in records if r.get("type") != "topic_delete"
-                   or any(tp[0] == r["topic"] for offs in self.offsets.values() for tp in offs)]
-        if not records:
-            return
-        for rec in records:
-            self._apply(rec)
-        self._pending.append((records, None))
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            self._write_batch(self._take_pending())
-            return
-        self._kick()
-
-    def _kick(self) -> None:
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-
-    def _take_pending(self) -> list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]:
-        batch, self._pending = self._pending, []
-        return batch
-
-    async def _flush_loop(self) -> None:
-        while self._pending:
-            batch = self._take_pending()
-            try:
-                await asyncio.to_thread(self._write_batch_io, batch)
-            except Exception as err:  # OSError mostly; whatever it is, no commit may hang
-                log.error("offsets log %s: write failed: %s", self.path, err)
-                for _recs, fut in batch:
-                    if fut is not None and not fut.done():
-                        fut.set_exception(OffsetStoreError(str(err)))
-                continue
-            self._after_write(batch)
-            if self._should_compact():
-                snapshot = self._snapshot()
-                try:
-                    await asyncio.to_thread(self._rewrite, snapshot)
-                except OSError as err:
-                    log.error("offsets log %s: compaction failed: %s", self.path, err)
-
-    def _write_batch(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
-        self._write_batch_io(batch)
-        self._after_write(batch)
-
-    def _write_batch_io(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
-        data = b"".join(_encode(rec) for recs, _ in batch for rec in recs)
-        if not data:
-            return
-        with self._io_lock:
-            if self._fd is None:
-                raise OSError("offsets log is closed")
-            try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-                os.fsync(self._fd)
-            except OSError:
-                try:  # do not leave a torn line that later appends would glue onto
-                    os.ftruncate(self._fd, self._size)
-                except OSError:
-                    pass
-                raise
-            self._size += len(data)
-
-    def _after_write(self, batch: list[tuple[list[dict[str, Any]], asyncio.Future[None] | None]]) -> None:
-        # Re-apply written-behind records too (they are idempotent) so memory ends in the same
-        # state a replay of the file gives, whatever was queued in between.
-        for recs, fut in batch:
-            self.lines += len(recs)
-            for rec in recs:
-                self._apply(rec)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-
-    def _should_compact(self) -> bool:
-        # Counting live records walks every offset, so only count when the log has grown past
-        # the last count's threshold.
-        if self.lines <= max(self.compact_min_lines, self._next_check):
-            return False
-        live = self.live_records()
-        self._next_check = 2 * live
-        return self.lines > 2 * live
-
-    def _snapshot(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"type": "group", "group": g, "protocol_type": pt}
-                                     for g, pt in self.protocol_types.items()]
-        for g, offs in self.offsets.items():
-            for (t, p), om in offs.items():
-                out.append(_commit_record(g, t, p, om))
-        return out
-
-    def _rewrite(self, records: list[dict[str, Any]]) -> None:
-        tmp = self.dir / "offsets.log.compacting"
-        data = b"".join(_encode(r) for r in records)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with self._io_lock:
-            os.replace(tmp, self.path)
-            _fsync_dir(self.dir)
-            if self._fd is not None:
-                os.close(self._fd)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
-            self._size = len(data)
-        self.lines = len(records)
-        self.compactions += 1
-        log.info("offsets log %s compacted to %d records", self.path, len(records))
-
-    # -- state
-    def _apply(self, rec: dict[str, Any]) -> None:
-        if not apply_offset_record(self.offsets, self.protocol_types, rec):
-            log.warning("offsets log %s: skipping unknown record type %r", self.path, rec.get("type"))
-
-
-def apply_offset_record(offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]],
-                        protocol_types: dict[str, str], rec: dict[str, Any]) -> bool:
-    """Apply one offsets record to the in-memory state; False for a type it does not know."""
-    kind = rec.get("type")
-    if kind == "offset":
-        om = OffsetAndMetadata(int(rec["offset"]), int(rec.get("leader_epoch", -1)),
-                               rec.get("metadata") or "", int(rec.get("commit_timestamp", 0)))
-        offsets.setdefault(rec["group"], {})[(rec["topic"], int(rec["partition"]))] = om
-    elif kind == "offset_delete":
-        offs = offsets.get(rec["group"])
-        if offs is not None:
-            offs.pop((rec["topic"], int(rec["partition"])), None)
-            if not offs:
-                del offsets[rec["group"]]
-    elif kind == "group":
-        if rec.get("protocol_type"):
-            protocol_types[rec["group"]] = rec["protocol_type"]
-        else:
-            protocol_types.pop(rec["group"], None)
-    elif kind == "group_delete":
-        offsets.pop(rec["group"], None)
-        protocol_types.pop(rec["group"], None)
-    elif kind == "topic_delete":
-        topic = rec["topic"]
-        for g in list(offsets):
-            offs = offsets[g]
-            for tp in [tp for tp in offs if tp[0] == topic]:
-                del offs[tp]
-            if not offs:
-                del offsets[g]
-    else:
-        return False
-    return True
-
-
-def _commit_record(group: str, topic: str, partition: int, om: OffsetAndMetadata) -> dict[str, Any]:
-    return {"type": "offset", "group": group, "topic": topic, "partition": partition,
-            "offset": om.offset, "leader_epoch": om.leader_epoch, "metadata": om.metadata,
-            "commit_timestamp": om.commit_timestamp_ms}
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 # ---- the coordinator ---------------------------------------------------------------------------
 
 
@@ -906,15 +499,15 @@ class GroupCoordinator:
         cannot be reached, COORDINATOR_NOT_AVAILABLE. Callers act on the group right after it
         returns, with no ``await`` in between, so the answer still holds."""
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if not group_id:
-            return NONE  # the operation answers INVALID_GROUP_ID
+            return ErrorCode.none  # the operation answers INVALID_GROUP_ID
         if not self.owns(group_id):
             if group_id in self._loaded or group_id in self.groups:
                 self._unload_group(group_id, f"it moved to node {self.coordinator_of(group_id)}")
-            return NOT_COORDINATOR
+            return ErrorCode.not_coordinator
         if group_id in self._loaded:
-            return NONE
+            return ErrorCode.none
         task = self._loading.get(group_id)
         if task is None:
             assert self._loop is not None, "coordinator not started"
@@ -925,10 +518,10 @@ class GroupCoordinator:
         except OffsetStoreError as err:
             return err.error_code
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if group_id not in self._loaded or not self.owns(group_id):
-            return NOT_COORDINATOR  # it moved while loading
-        return NONE
+            return ErrorCode.not_coordinator  # it moved while loading
+        return ErrorCode.none
 
     async def _load_group(self, group_id: str) -> None:
         try:
@@ -986,8 +579,8 @@ class GroupCoordinator:
         for m in group.members.values():
             if m.heartbeat_timer is not None:
                 m.heartbeat_timer.cancel()
-            _answer_join(m, _join_error(m.member_id, NOT_COORDINATOR))
-            _answer_sync(m, SyncResult(error=NOT_COORDINATOR))
+            _answer_join(m, _join_error(m.member_id, ErrorCode.not_coordinator))
+            _answer_sync(m, SyncResult(error=ErrorCode.not_coordinator))
 
     # -- timers
     def _call_later(self, delay_ms: float, fn: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
@@ -1035,7 +628,7 @@ class GroupCoordinator:
 
     def _prepare_rebalance(self, group: Group) -> None:
         if group.state == COMPLETING_REBALANCE:
-            self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
+            self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         if group.sync_timer is not None:
             group.sync_timer.cancel()
             group.sync_timer = None
@@ -1090,7 +683,7 @@ class GroupCoordinator:
             if m.group_instance_id is None:
                 log.info("group %s: member %s did not rejoin in time, removing it", group.group_id, m.member_id)
                 group.remove(m.member_id)
-                _answer_sync(m, SyncResult(error=UNKNOWN_MEMBER_ID))
+                _answer_sync(m, SyncResult(error=ErrorCode.unknown_member_id))
         if group.state == DEAD:
             return
         if not group.maybe_elect_new_joined_leader() and group.members:
@@ -1111,7 +704,7 @@ class GroupCoordinator:
         leader_view = group.current_member_metadata()
         for m in list(group.members.values()):
             _answer_join(m, JoinResult(
-                error=NONE, member_id=m.member_id, generation_id=group.generation_id,
+                error=ErrorCode.none, member_id=m.member_id, generation_id=group.generation_id,
                 protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                 leader=group.leader_id or "",
                 members=leader_view if group.is_leader(m.member_id) else [],
@@ -1138,8 +731,8 @@ class GroupCoordinator:
         for member_id in missing:
             m = group.remove(member_id)
             if m is not None:
-                _answer_join(m, _join_error("", UNKNOWN_MEMBER_ID))
-                _answer_sync(m, SyncResult(error=UNKNOWN_MEMBER_ID))
+                _answer_join(m, _join_error("", ErrorCode.unknown_member_id))
+                _answer_sync(m, SyncResult(error=ErrorCode.unknown_member_id))
         self._prepare_rebalance(group)
 
     def _reset_and_propagate_assignment_error(self, group: Group, error: int) -> None:
@@ -1149,7 +742,7 @@ class GroupCoordinator:
 
     def _propagate_assignment(self, group: Group, error: int) -> None:
         for m in group.members.values():
-            result = SyncResult(error=error, assignment=m.assignment if error == NONE else b"",
+            result = SyncResult(error=error, assignment=m.assignment if error == ErrorCode.none else b"",
                                 protocol_type=group.protocol_type, protocol_name=group.protocol_name)
             if _answer_sync(m, result):
                 # Members parked in SyncGroup were excused from heartbeats: start their clock now.
@@ -1157,8 +750,8 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: Group, member: Member) -> None:
         # A new member may be parked in JoinGroup: answer it so the client retries.
-        _answer_join(member, _join_error("", UNKNOWN_MEMBER_ID))
-        _answer_sync(member, SyncResult(error=UNKNOWN_MEMBER_ID))
+        _answer_join(member, _join_error("", ErrorCode.unknown_member_id))
+        _answer_sync(member, SyncResult(error=ErrorCode.unknown_member_id))
         group.remove(member.member_id)
         if group.state in (STABLE, COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group)
@@ -1187,7 +780,7 @@ class GroupCoordinator:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
         # Our connections answer in order, so a superseded parked JoinGroup must be answered.
-        _answer_join(member, _join_error(member.member_id, REBALANCE_IN_PROGRESS))
+        _answer_join(member, _join_error(member.member_id, ErrorCode.rebalance_in_progress))
         member.join_future = fut
 
     def _new_member_id(self, req: JoinRequest) -> str:
@@ -1204,20 +797,20 @@ class GroupCoordinator:
 
     def _join(self, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
         if not req.group_id:
-            fut.set_result(_join_error(req.member_id, INVALID_GROUP_ID))
+            fut.set_result(_join_error(req.member_id, ErrorCode.invalid_group_id))
             return
         if not self.active:
-            fut.set_result(_join_error(req.member_id, COORDINATOR_NOT_AVAILABLE))
+            fut.set_result(_join_error(req.member_id, ErrorCode.coordinator_not_available))
             return
         if not (self._cfg("group.min.session.timeout.ms") <= req.session_timeout_ms
                 <= self._cfg("group.max.session.timeout.ms")):
-            fut.set_result(_join_error(req.member_id, INVALID_SESSION_TIMEOUT))
+            fut.set_result(_join_error(req.member_id, ErrorCode.invalid_session_timeout))
             return
         unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
         if group is None:
             if not unknown:
-                fut.set_result(_join_error(req.member_id, UNKNOWN_MEMBER_ID))
+                fut.set_result(_join_error(req.member_id, ErrorCode.unknown_member_id))
                 return
             group = self.groups[req.group_id] = Group(req.group_id)
         if unknown:
@@ -1229,10 +822,10 @@ class GroupCoordinator:
 
     def _join_unknown_member(self, group: Group, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
         if group.state == DEAD:
-            fut.set_result(_join_error("", COORDINATOR_NOT_AVAILABLE))
+            fut.set_result(_join_error("", ErrorCode.coordinator_not_available))
             return
         if not group.supports_protocols(req.protocol_type, req.protocols):
-            fut.set_result(_join_error("", INCONSISTENT_GROUP_PROTOCOL))
+            fut.set_result(_join_error("", ErrorCode.inconsistent_group_protocol))
             return
         new_id = self._new_member_id(req)
         instance = req.group_instance_id
@@ -1242,7 +835,7 @@ class GroupCoordinator:
             # Hand out the id and wait for the client to come back with it (KIP-394).
             group.pending_members[new_id] = self._call_later(
                 req.session_timeout_ms, self._expire_heartbeat, group, new_id)
-            fut.set_result(_join_error(new_id, MEMBER_ID_REQUIRED))
+            fut.set_result(_join_error(new_id, ErrorCode.member_id_required))
         else:
             self._add_member_and_rebalance(group, req, new_id, fut)
 
@@ -1259,7 +852,7 @@ class GroupCoordinator:
                 if req.supports_skip_assignment:
                     is_leader = group.is_leader(new_id)
                     result = JoinResult(
-                        error=NONE, member_id=new_id, generation_id=group.generation_id,
+                        error=ErrorCode.none, member_id=new_id, generation_id=group.generation_id,
                         protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                         leader=group.leader_id or "",
                         members=group.current_member_metadata() if is_leader else [],
@@ -1268,7 +861,7 @@ class GroupCoordinator:
                     # Older clients must not think they lead: they would compute an
                     # assignment that a Stable group never distributes.
                     result = JoinResult(
-                        error=NONE, member_id=new_id, generation_id=group.generation_id,
+                        error=ErrorCode.none, member_id=new_id, generation_id=group.generation_id,
                         protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                         leader=current_leader)
                 _answer_join(member, result)
@@ -1282,19 +875,19 @@ class GroupCoordinator:
     def _join_existing_member(self, group: Group, req: JoinRequest, fut: asyncio.Future[JoinResult]) -> None:
         member_id = req.member_id
         if group.state == DEAD:
-            fut.set_result(_join_error(member_id, COORDINATOR_NOT_AVAILABLE))
+            fut.set_result(_join_error(member_id, ErrorCode.coordinator_not_available))
             return
         if not group.supports_protocols(req.protocol_type, req.protocols):
-            fut.set_result(_join_error(member_id, INCONSISTENT_GROUP_PROTOCOL))
+            fut.set_result(_join_error(member_id, ErrorCode.inconsistent_group_protocol))
             return
         if member_id in group.pending_members:
             if req.group_instance_id is not None:
-                fut.set_result(_join_error(member_id, UNKNOWN_MEMBER_ID))
+                fut.set_result(_join_error(member_id, ErrorCode.unknown_member_id))
                 return
             self._add_member_and_rebalance(group, req, member_id, fut)
             return
         err = group.validate_member(member_id, req.group_instance_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             fut.set_result(_join_error(member_id, err))
             return
         member = group.members[member_id]
@@ -1304,7 +897,7 @@ class GroupCoordinator:
             if member.matches(req.protocols):
                 # The client missed the JoinGroup answer: repeat it for this generation.
                 fut.set_result(JoinResult(
-                    error=NONE, member_id=member_id, generation_id=group.generation_id,
+                    error=ErrorCode.none, member_id=member_id, generation_id=group.generation_id,
                     protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                     leader=group.leader_id or "",
                     members=group.current_member_metadata() if group.is_leader(member_id) else []))
@@ -1316,11 +909,11 @@ class GroupCoordinator:
                 self._update_member_and_rebalance(group, member, req, fut)
             else:
                 fut.set_result(JoinResult(
-                    error=NONE, member_id=member_id, generation_id=group.generation_id,
+                    error=ErrorCode.none, member_id=member_id, generation_id=group.generation_id,
                     protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                     leader=group.leader_id or ""))
         else:  # Empty: the member is stale
-            fut.set_result(_join_error(member_id, UNKNOWN_MEMBER_ID))
+            fut.set_result(_join_error(member_id, ErrorCode.unknown_member_id))
 
     # -- SyncGroup
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
@@ -1329,34 +922,34 @@ class GroupCoordinator:
         """Handle SyncGroup; followers wait until the leader's assignment arrives."""
         assert self._loop is not None, "coordinator not started"
         if not group_id:
-            return SyncResult(error=INVALID_GROUP_ID)
+            return SyncResult(error=ErrorCode.invalid_group_id)
         if not self.active:
-            return SyncResult(error=COORDINATOR_NOT_AVAILABLE)
+            return SyncResult(error=ErrorCode.coordinator_not_available)
         group = self.groups.get(group_id)
         if group is None:
-            return SyncResult(error=UNKNOWN_MEMBER_ID)
+            return SyncResult(error=ErrorCode.unknown_member_id)
         if group.state == DEAD:
-            return SyncResult(error=COORDINATOR_NOT_AVAILABLE)
+            return SyncResult(error=ErrorCode.coordinator_not_available)
         err = group.validate_member(member_id, group_instance_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return SyncResult(error=err)
         if generation_id != group.generation_id:
-            return SyncResult(error=ILLEGAL_GENERATION)
+            return SyncResult(error=ErrorCode.illegal_generation)
         if _inconsistent(protocol_type, group.protocol_type) or _inconsistent(protocol_name, group.protocol_name):
-            return SyncResult(error=INCONSISTENT_GROUP_PROTOCOL)
+            return SyncResult(error=ErrorCode.inconsistent_group_protocol)
         member = group.members[member_id]
         if group.state == EMPTY:
-            return SyncResult(error=UNKNOWN_MEMBER_ID)
+            return SyncResult(error=ErrorCode.unknown_member_id)
         if group.state == PREPARING_REBALANCE:
-            return SyncResult(error=REBALANCE_IN_PROGRESS)
+            return SyncResult(error=ErrorCode.rebalance_in_progress)
         if group.state == STABLE:
             group.pending_sync_members.discard(member_id)
             self._reschedule_heartbeat(group, member)
-            return SyncResult(error=NONE, assignment=member.assignment,
+            return SyncResult(error=ErrorCode.none, assignment=member.assignment,
                               protocol_type=group.protocol_type, protocol_name=group.protocol_name)
         # CompletingRebalance: park until the leader's assignment is in.
         fut: asyncio.Future[SyncResult] = self._loop.create_future()
-        _answer_sync(member, SyncResult(error=REBALANCE_IN_PROGRESS))
+        _answer_sync(member, SyncResult(error=ErrorCode.rebalance_in_progress))
         member.sync_future = fut
         group.pending_sync_members.discard(member_id)
         if group.is_leader(member_id):
@@ -1365,47 +958,47 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.transition(STABLE)
-            self._propagate_assignment(group, NONE)
+            self._propagate_assignment(group, ErrorCode.none)
         return await fut
 
     # -- Heartbeat
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None = None) -> int:
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.invalid_group_id
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         group = self.groups.get(group_id)
         if group is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if group.state == DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         err = group.validate_member(member_id, group_instance_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return err
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
+            return ErrorCode.illegal_generation
         if group.state == EMPTY:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         self._reschedule_heartbeat(group, group.members[member_id])
         if group.state == PREPARING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
+            return ErrorCode.rebalance_in_progress
         # CompletingRebalance too: clients may heartbeat between JoinGroup and SyncGroup.
-        return NONE
+        return ErrorCode.none
 
     # -- LeaveGroup
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
                     ) -> tuple[int, list[tuple[str, str | None, int]]]:
         """Remove ``(member_id, group_instance_id)`` members; returns (top error, per member)."""
         if not group_id:
-            return INVALID_GROUP_ID, []
+            return ErrorCode.invalid_group_id, []
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.coordinator_not_available, []
         group = self.groups.get(group_id)
         if group is None:
-            return NONE, [(mid, iid, UNKNOWN_MEMBER_ID) for mid, iid in members]
+            return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in members]
         if group.state == DEAD:
-            return COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.coordinator_not_available, []
         out: list[tuple[str, str | None, int]] = []
         left = False
         for member_id, instance_id in members:
@@ -1413,31 +1006,31 @@ class GroupCoordinator:
                 # Administrative removal of a static member by its instance id.
                 target = group.static_members.get(instance_id) if instance_id is not None else None
                 if target is None:
-                    out.append((member_id, instance_id, UNKNOWN_MEMBER_ID))
+                    out.append((member_id, instance_id, ErrorCode.unknown_member_id))
                     continue
                 self._remove_leaving_member(group, group.members[target])
             elif member_id in group.pending_members:
                 group.remove_pending(member_id)
             else:
                 err = group.validate_member(member_id, instance_id)
-                if err != NONE:
+                if err != ErrorCode.none:
                     out.append((member_id, instance_id, err))
                     continue
                 self._remove_leaving_member(group, group.members[member_id])
             log.info("group %s: member %s left", group.group_id, member_id or instance_id)
-            out.append((member_id, instance_id, NONE))
+            out.append((member_id, instance_id, ErrorCode.none))
             left = True
         if left:
             if group.state in (STABLE, COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance_or_complete_join(group)
             elif group.state == PREPARING_REBALANCE:
                 self._maybe_complete_join_phase(group)
-        return NONE, out
+        return ErrorCode.none, out
 
     @staticmethod
     def _remove_leaving_member(group: Group, member: Member) -> None:
-        _answer_join(member, _join_error("", UNKNOWN_MEMBER_ID))
-        _answer_sync(member, SyncResult(error=UNKNOWN_MEMBER_ID))
+        _answer_join(member, _join_error("", ErrorCode.unknown_member_id))
+        _answer_sync(member, SyncResult(error=ErrorCode.unknown_member_id))
         group.remove(member.member_id)
 
     # -- offsets
@@ -1449,15 +1042,15 @@ class GroupCoordinator:
             return {tp: code for tp in offsets}
 
         if not self.active:
-            return all_(COORDINATOR_NOT_AVAILABLE)
+            return all_(ErrorCode.coordinator_not_available)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 # Not a group we know: an older generation or a group that never joined.
-                return all_(ILLEGAL_GENERATION)
+                return all_(ErrorCode.illegal_generation)
             group = self.groups[group_id] = Group(group_id)
         err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
-        if err != NONE:
+        if err != ErrorCode.none:
             return all_(err)
         if member_id in group.members and group.state in (STABLE, PREPARING_REBALANCE):
             # A commit is as good as a heartbeat (Kafka reschedules the member's expiry).
@@ -1468,11 +1061,11 @@ class GroupCoordinator:
         now = _now_ms()
         for (topic, partition), om in offsets.items():
             if om.metadata and len(om.metadata.encode()) > max_meta:
-                result[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                result[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
             stored = OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata or "", now)
-            records.append(_commit_record(group_id, topic, partition, stored))
-            result[(topic, partition)] = NONE
+            records.append(commit_record(group_id, topic, partition, stored))
+            result[(topic, partition)] = ErrorCode.none
         if records:
             try:
                 await self.store.append(records)
@@ -1481,7 +1074,7 @@ class GroupCoordinator:
                 # shared store is COORDINATOR_NOT_AVAILABLE. Both make the client retry.
                 if err.fenced:
                     self._unload_group(group_id, "another broker took it over")
-                return {tp: (err.error_code if code == NONE else code) for tp, code in result.items()}
+                return {tp: (err.error_code if code == ErrorCode.none else code) for tp, code in result.items()}
             if group_id not in self.groups and self.store.has_offsets(group_id):
                 # The group was deleted while the commit was being written; it exists again.
                 self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
@@ -1492,7 +1085,7 @@ class GroupCoordinator:
         """Store the offsets a committed transaction carried (TxnOffsetCommit, then EndTxn);
         the membership was checked when TxnOffsetCommit arrived. Raises OffsetStoreError."""
         now = _now_ms()
-        await self.store.append([_commit_record(group_id, t, p, OffsetAndMetadata(o, e, m, now))
+        await self.store.append([commit_record(group_id, t, p, OffsetAndMetadata(o, e, m, now))
                                  for (t, p), (o, e, m) in offsets.items()])
         if group_id not in self.groups and self.store.has_offsets(group_id):
             self.groups[group_id] = Group(group_id, self.store.protocol_types.get(group_id))
@@ -1501,71 +1094,71 @@ class GroupCoordinator:
                                 group_instance_id: str | None) -> int:
         """TxnOffsetCommit's membership check (0 when the commit may be kept)."""
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         group = self.groups.get(group_id)
         if group is None:
-            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         return self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
 
     @staticmethod
     def _validate_offset_commit(group: Group, generation_id: int, member_id: str,
                                 group_instance_id: str | None) -> int:
         if group.state == DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if generation_id < 0 and group.state == EMPTY:
-            return NONE  # a standalone consumer or admin tool: no membership to check
+            return ErrorCode.none  # a standalone consumer or admin tool: no membership to check
         if generation_id >= 0 or member_id or group_instance_id is not None:
             err = group.validate_member(member_id, group_instance_id)
-            if err != NONE:
+            if err != ErrorCode.none:
                 return err
             if generation_id != group.generation_id:
-                return ILLEGAL_GENERATION
+                return ErrorCode.illegal_generation
         elif group.state != EMPTY:
-            return UNKNOWN_MEMBER_ID  # only members may commit to a non-empty group
+            return ErrorCode.unknown_member_id  # only members may commit to a non-empty group
         if group.state == COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
                       ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """Committed offsets of ``partitions`` (None = every committed partition)."""
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE, {}
+            return ErrorCode.coordinator_not_available, {}
         group = self.groups.get(group_id)
         stored = self.store.group_offsets(group_id) if group is None or group.state != DEAD else {}
         if partitions is None:
-            return NONE, dict(stored)
-        return NONE, {tp: stored.get(tp) for tp in partitions}
+            return ErrorCode.none, dict(stored)
+        return ErrorCode.none, {tp: stored.get(tp) for tp in partitions}
 
     def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
                        ) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete (KIP-496): drop committed offsets of topics the group does not consume;
         returns (group error, error per partition) as Kafka's handleDeleteOffsets does."""
         if not group_id:
-            return INVALID_GROUP_ID, {}
+            return ErrorCode.invalid_group_id, {}
         if not self.active:
-            return COORDINATOR_NOT_AVAILABLE, {}
+            return ErrorCode.coordinator_not_available, {}
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            return GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.group_id_not_found, {}
         subscribed: set[str] | None = set()
         if group.state != EMPTY:
             if group.protocol_type != "consumer":
-                return NON_EMPTY_GROUP, {}
+                return ErrorCode.non_empty_group, {}
             subscribed = group.subscribed_topics()  # None: unknown, so every topic counts
         out: dict[tuple[str, int], int] = {}
         doomed: list[dict[str, Any]] = []
         stored = self.store.group_offsets(group_id)
         for topic, partition in partitions:
             if subscribed is None or topic in subscribed:
-                out[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
+                out[(topic, partition)] = ErrorCode.group_subscribed_to_topic
                 continue
-            out[(topic, partition)] = NONE
+            out[(topic, partition)] = ErrorCode.none
             if (topic, partition) in stored:
                 doomed.append({"type": "offset_delete", "group": group_id, "topic": topic, "partition": partition})
         if doomed:
             self.store.append_behind(doomed)
-        return NONE, out
+        return ErrorCode.none, out
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """For kcli's tools: ``{(topic, partition): offset}`` of ``group_id``."""
@@ -1652,16 +1245,16 @@ class GroupCoordinator:
         out: dict[str, int] = {}
         for gid in group_ids:
             if not self.active:
-                out[gid] = COORDINATOR_NOT_AVAILABLE
+                out[gid] = ErrorCode.coordinator_not_available
                 continue
             group = self.groups.get(gid)
             if group is None or group.state == DEAD:
-                out[gid] = GROUP_ID_NOT_FOUND
+                out[gid] = ErrorCode.group_id_not_found
             elif group.state != EMPTY:
-                out[gid] = NON_EMPTY_GROUP
+                out[gid] = ErrorCode.non_empty_group
             else:
                 self._remove_group(group)
-                out[gid] = NONE
+                out[gid] = ErrorCode.none
         return out
 
     def _remove_group(self, group: Group) -> None:
@@ -1691,7 +1284,7 @@ class GroupCoordinator:
         since they moved here; they age from now, never from a guess. Returns how many."""
         loaded = 0
         for gid in sorted(await self.store.stored_groups()):
-            if self.active and gid not in self._loaded and self.owns(gid) and await self.route(gid) == NONE:
+            if self.active and gid not in self._loaded and self.owns(gid) and await self.route(gid) == ErrorCode.none:
                 loaded += 1
         return loaded
 
