@@ -67,6 +67,13 @@ ELSEWHERE = {
     "acls list": "tests/test_acls.py",
     "acls create": "tests/test_acls.py",
     "acls delete": "tests/test_acls.py",
+    # a cluster of three brokers with replicated topics
+    "topics elect-leaders": "tests/test_replication_admin.py",
+    "partitions reassign plan": "tests/test_replication_admin.py",
+    "partitions reassign execute": "tests/test_replication_admin.py",
+    "partitions reassign verify": "tests/test_replication_admin.py",
+    "partitions reassign cancel": "tests/test_replication_admin.py",
+    "partitions reassign list": "tests/test_replication_admin.py",
 }
 # Documented fields no case can produce against kcli's broker, with the reason.
 NOT_EXERCISED: dict[tuple[str, str], str] = {}

@@ -26,10 +26,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_pg import pg_server  # noqa: F401 - fixture
 from tests.history import History, HistoryProducer, read_all
+from tests.test_output_formats import assert_documented
 from tests.test_cluster_state import controller_of, wait_for
 from tests.test_replication import CONFIGS, Cluster, cli_environment, create, describe, isr_full
 
-ADMIN_CONFIGS = {**CONFIGS, "leader.imbalance.check.interval.seconds": "2"}
+# A paused (SIGSTOP) broker must stay registered while a CLI process started after the pause asks
+# for the move to it: with the 3 s lease of CONFIGS, a CLI start on a loaded machine outlives the
+# lease and the target is refused ("Unknown broker id"). A killed broker still leaves at once (its
+# node lock goes with its database session), so elections are not slowed down.
+ADMIN_CONFIGS = {**CONFIGS, "leader.imbalance.check.interval.seconds": "2", "broker.session.timeout.ms": "10000"}
 BIN = Path(sys.executable).parent
 
 
@@ -173,6 +178,28 @@ def test_reassignment_and_election_rules() -> None:
             check_record(record("PartitionChangeRecord", topicId=tid, partitionId=0, **bad))
 
 
+def test_a_caught_up_follower_outside_the_isr_holds_the_high_watermark(tmp_path: Path) -> None:
+    """KAFKA-7128, and what let RF 1 -> 3 under load hang: a follower outside the ISR that fetched
+    the leader's log end holds the HW back (within replica.lag.time.max.ms), so at its next fetch
+    its log end is at the HW and it joins, however fast the ISR members fetch."""
+    from kcli.broker.replica.partition import LeaderPartition
+    from kcli.storage.log import PartitionLog
+    from kcli.storage.log_config import LogConfig
+    from tests.test_storage_log import build
+
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig.from_dict({}))
+    lg.append(build(10, pid=-1, epoch=-1, seq=-1), now_ms=1, leader_epoch=0)
+    lg.set_high_watermark(0)
+    lp = LeaderPartition("t", 0, lg, 0, [1, 2, 3], [1, 2], 1, lag_max_ms=3000)
+    lp.follower_fetched(3, 10)  # 3 (adding) fetched at the log end: caught up
+    lg.append(build(5, pid=-1, epoch=-1, seq=-1), now_ms=2, leader_epoch=0)
+    lp.follower_fetched(2, 15)  # the ISR member is further on
+    lp.maybe_increase_hw()
+    assert lg.high_watermark == 10  # held at 3's log end, not 15
+    lp.follower_fetched(3, 15)
+    assert lp.expand_candidates() == [3]
+
+
 # ---------------------------------------------------------------------------------------------
 # elections
 # ---------------------------------------------------------------------------------------------
@@ -209,6 +236,7 @@ def test_preferred_leader_election_on_demand(cluster: AdminCluster, env: dict[st
     out = kcli(env, cluster, "-o", "json", "topics", "elect-leaders", "-t", "pe", "--partition", "1")
     assert json.loads(out.stdout) == [{"topic": "pe", "partition": 1, "error": "ELECTION_NOT_NEEDED", "message": None,
                                        "result": "not_needed"}]
+    assert_documented("kcli topics elect-leaders", json.loads(out.stdout))
     # kafka-leader-election.sh
     target = reorder(env, cluster, "pe", 0)
     res = tool("kafka-leader-election.sh", "--bootstrap-server", cluster.bootstrap, "--election-type", "PREFERRED",
@@ -345,6 +373,10 @@ def test_reassignment_under_load_loses_nothing(cluster: AdminCluster, env: dict[
     parts = describe(cluster.bootstrap, "mv")
     assert list(parts[0].replicas) == [y, controller] and sorted(parts[0].isrs) == sorted([y, controller])
     assert parts[0].leader in (y, controller)  # the leader was moved off x
+    out = kcli(env, cluster, "-o", "json", "partitions", "reassign", "verify", "--reassignment-json-file",
+               str(tmp_path / "plan.json"))
+    assert [d["state"] for d in json.loads(out.stdout)] == ["completed", "completed"], out.stdout + out.stderr
+    assert_documented("kcli partitions reassign verify", json.loads(out.stdout))
     assert list(parts[1].replicas) == [controller, y, x] and len(parts[1].isrs) == 3
     wait_for(lambda: data_dirs(cluster, "mv", 0) == {y, controller}, 15, "x's log of mv-0 deleted")
     assert data_dirs(cluster, "mv", 1) == {1, 2, 3}
@@ -355,6 +387,7 @@ def test_reassignment_under_load_loses_nothing(cluster: AdminCluster, env: dict[
                "--replicas", f"{y},{x}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["previous"]["partitions"][0]["replicas"] == [y, x, controller]
+    assert_documented("kcli partitions reassign execute", json.loads(out.stdout))
     wait_for(lambda: list(describe(cluster.bootstrap, "rf")[0].replicas) == [y, x], 20, "rf at RF 2")
     wait_for(lambda: data_dirs(cluster, "rf", 0) == {x, y}, 15, "the controller's log of rf-0 deleted")
     time.sleep(1)
@@ -414,9 +447,12 @@ def test_cancel_list_and_refusals(cluster: AdminCluster, env: dict[str, str], tm
                    "list")
         assert json.loads(out.stdout) == [{"topic": "cx", "partition": 0, "replicas": [controller, y, x],
                                            "adding_replicas": [y], "removing_replicas": [x]}]
-        out = kcli(env, cluster, "-b", cluster.brokers[controller].bootstrap, "partitions", "reassign", "cancel",
-                   "-t", "cx", "--partition", "0")
-        assert out.returncode == 0 and out.stdout == "Successfully cancelled partition reassignment for: cx-0\n", out
+        assert_documented("kcli partitions reassign list", json.loads(out.stdout))
+        out = kcli(env, cluster, "-b", cluster.brokers[controller].bootstrap, "-o", "json", "partitions", "reassign",
+                   "cancel", "-t", "cx", "--partition", "0")
+        assert out.returncode == 0 and json.loads(out.stdout) == [
+            {"topic": "cx", "partition": 0, "error": None, "message": None}], out
+        assert_documented("kcli partitions reassign cancel", json.loads(out.stdout))
     finally:
         proc.send_signal(signal.SIGCONT)
     assert replicas_of(cluster.brokers[controller].bootstrap, "cx") == before
@@ -434,6 +470,10 @@ def test_cancel_list_and_refusals(cluster: AdminCluster, env: dict[str, str], tm
     assert lines[0] == "Current partition replica assignment" and lines[3] == "Proposed partition reassignment configuration"
     proposed = json.loads(lines[4])["partitions"]
     assert [sorted(p["replicas"]) for p in proposed] == [sorted([x, y])]
+    out = kcli(env, cluster, "-o", "json", "partitions", "reassign", "plan", "-t", "cx", "--broker-list", f"{x},{y}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [sorted(p["replicas"]) for p in json.loads(out.stdout)["proposed"]["partitions"]] == [sorted([x, y])]
+    assert_documented("kcli partitions reassign plan", json.loads(out.stdout))
 
 
 def _plan(tmp_path: Path, topic: str, partition: int, replicas: list[int]) -> Path:

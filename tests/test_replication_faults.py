@@ -67,10 +67,113 @@ def back_to_full(cluster: Cluster, *topics: tuple[str, int]) -> None:
         wait_for(lambda topic=topic: isr_full(cluster.bootstrap, topic, 3), 60, f"every replica of {topic} in the ISR")
 
 
-def recovery_after(history: History, killed: float, partitions: list[int]) -> float:
-    wait_for(lambda: any(a.partition in partitions for a in history.acked_between(killed)), 30,
+def recovery_after(history: History, killed: float, partitions: list[int], timeout: float = 30) -> float:
+    wait_for(lambda: any(a.partition in partitions for a in history.acked_between(killed)), timeout,
              f"an acknowledgement on partitions {partitions} after the fault")
     return min(a.at for a in history.acked_between(killed) if a.partition in partitions) - killed
+
+
+# ---------------------------------------------------------------------------------------------
+# what the fault tests found, at the level of one log / one function
+# ---------------------------------------------------------------------------------------------
+def test_a_follower_append_of_many_transactions_indexes_every_abort(tmp_path: Path) -> None:
+    """Found by the transactions test: one follower fetch carries data, marker, data, marker... of
+    one producer; the aborted ranges must be those the leader has (markers in batch order)."""
+    from kcli.records.control import marker_batch
+    from kcli.storage.log import AppendOrigin, PartitionLog
+    from tests.test_storage_log import build
+
+    leader, follower = PartitionLog.open(tmp_path / "l-0"), PartitionLog.open(tmp_path / "f-0")
+    for k in range(6):
+        leader.append(build(3, pid=7, epoch=0, seq=3 * k, transactional=True), now_ms=1)
+        leader.append(marker_batch(k % 2 == 0, 7, 0, 0, 1), now_ms=1, origin=AppendOrigin.COORDINATOR)
+    follower.append(leader.read(0, 1 << 20, upper_bound=leader.log_end_offset).records, now_ms=2,
+                    origin=AppendOrigin.REPLICATION)
+    assert [(a.first_offset, a.last_offset) for a in follower.aborted_transactions(0, 100)] == \
+        [(a.first_offset, a.last_offset) for a in leader.aborted_transactions(0, 100)] == [(4, 7), (12, 15), (20, 23)]
+    assert follower.open_transactions() == {}
+    follower.close()
+    leader.close()
+
+
+def test_high_watermark_checkpoint_is_written_read_and_cut_with_the_log(tmp_path: Path) -> None:
+    from kcli.broker.replica.manager import start_high_watermark
+    from kcli.storage.log import HW_CHECKPOINT_FILE, PartitionLog
+    from tests.test_storage_log import build
+
+    lg = PartitionLog.open(tmp_path / "t-0")
+    for _ in range(5):
+        lg.append(build(2), now_ms=1)
+    assert not lg.checkpoint_high_watermark()  # one replica: nothing to checkpoint
+    lg.set_high_watermark(6)
+    assert lg.checkpoint_high_watermark() and not lg.checkpoint_high_watermark()  # only when it moved
+    assert (tmp_path / "t-0" / HW_CHECKPOINT_FILE).read_text() == "0\n6\n"
+    lg.close()
+    lg = PartitionLog.open(tmp_path / "t-0")
+    assert lg.checkpointed_high_watermark == 6 and start_high_watermark(lg) == 6
+    lg.set_high_watermark(start_high_watermark(lg))
+    lg.truncate_to(4)  # a follower cut below its checkpoint: the checkpoint follows
+    assert lg.checkpointed_high_watermark == 4 and lg.high_watermark == 4
+    lg.close()
+    assert start_high_watermark(PartitionLog.open(tmp_path / "t-0")) == 4
+
+
+def test_the_cleaner_never_cleans_above_a_replicas_high_watermark(tmp_path: Path) -> None:
+    from kcli.storage.log import PartitionLog
+    from kcli.storage.log_config import LogConfig
+    from tests.test_storage_log import build
+
+    lg = PartitionLog.open(tmp_path / "c-0", LogConfig.from_dict({"segment.bytes": "1000", "cleanup.policy": "compact"}))
+    for _ in range(20):
+        lg.append(build(2), now_ms=1)
+    lg.set_high_watermark(10)  # records above may still be truncated by a new leader
+    snap = lg.cleaning_snapshot()
+    try:
+        assert snap.first_unstable_offset == 10
+    finally:
+        snap.close()
+    lg.set_high_watermark(lg.log_end_offset)
+    snap = lg.cleaning_snapshot()
+    try:
+        assert snap.first_unstable_offset is None
+    finally:
+        snap.close()
+    lg.close()
+
+
+def test_fence_incarnation_drops_a_restarted_broker_from_the_isr_before_it_may_lead() -> None:
+    import uuid
+
+    from kcli.broker.replica.controller import fence_incarnation
+    from kcli.metadata.metadata_log import PartitionState
+
+    tid = uuid.uuid4()
+    led = PartitionState(0, 3, [3, 1, 2], [3, 1, 2], leader_epoch=4, partition_epoch=9)
+    rec = fence_incarnation(tid, led, 3, {1, 2, 3})["data"]
+    assert (rec["leader"], rec["isr"], rec["leaderEpoch"], rec["expectedPartitionEpoch"]) == (1, [1, 2], 5, 9)
+    follower = PartitionState(0, 1, [1, 3, 2], [1, 3, 2], leader_epoch=2, partition_epoch=3)
+    rec = fence_incarnation(tid, follower, 3, {1, 2, 3})["data"]
+    assert rec["isr"] == [1, 2] and "leader" not in rec
+    alone = PartitionState(0, 3, [3, 1, 2], [3, 1], leader_epoch=2, partition_epoch=3)
+    rec = fence_incarnation(tid, alone, 3, {3})["data"]  # the last live member keeps leading, in a new epoch
+    assert (rec["leader"], rec["isr"], rec["leaderEpoch"]) == (3, [3, 1], 3)
+    assert fence_incarnation(tid, PartitionState(0, 1, [1, 2, 3], [1, 2]), 3, {1, 2, 3}) is None
+
+
+def test_replication_over_a_tls_inter_broker_listener_is_a_named_error() -> None:
+    from types import SimpleNamespace
+
+    from kcli.broker.listeners import Endpoint
+    from kcli.broker.replica.fetcher import unsupported_listener
+
+    def broker(name: str, *endpoints: Endpoint) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(get_str=lambda _k: name), endpoints=list(endpoints))
+
+    plain, tls = Endpoint("PLAINTEXT", "h", 1), Endpoint("INTERNAL", "h", 2, "SSL")
+    assert unsupported_listener(broker("", plain, tls)) is None
+    assert unsupported_listener(broker("PLAINTEXT", tls, plain)) is None
+    why = unsupported_listener(broker("INTERNAL", plain, tls))
+    assert why is not None and "INTERNAL is SSL" in why and "PLAINTEXT" in why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +344,7 @@ def test_a_paused_leader_is_fenced_and_acknowledges_nothing_the_new_leader_lacks
     history = History()
     # an idempotent producer moves to the new leader only once its requests to the hung one time out
     producers = [HistoryProducer(history, cluster.bootstrap, "f-stop", f"s{i}", rate_per_s=100, partition=part,
-                                 **{"request.timeout.ms": 5000}) for i in range(2)]
+                                 **{"request.timeout.ms": 5000, "socket.timeout.ms": 5000}) for i in range(2)]
     # acks=all Produce requests written to the old leader's sockets while it is stopped (the kernel
     # takes them), each on its own connection: it reads them after SIGCONT, as a cut-off leader would
     late = [WireClient(cluster.brokers[old].bootstrap, timeout=60) for _ in range(LATE)]
@@ -259,7 +362,7 @@ def test_a_paused_leader_is_fenced_and_acknowledges_nothing_the_new_leader_lacks
         boot = survivor_bootstrap(cluster, old)
         wait_for(lambda: leader_of(boot, "f-stop", part) in others(old), 30, "the controller to elect another leader")
         elected = time.monotonic() - stopped
-        recovered = recovery_after(history, stopped, [part])
+        recovered = recovery_after(history, stopped, [part], 60)
         time.sleep(1)
     finally:
         proc.send_signal(signal.SIGCONT)
@@ -287,26 +390,42 @@ def test_a_paused_leader_is_fenced_and_acknowledges_nothing_the_new_leader_lacks
 # broker epochs: a broker restarted on an empty disk right after kill -9
 # ---------------------------------------------------------------------------------------------
 def test_a_broker_restarted_at_once_on_an_empty_disk_is_not_the_old_isr_member(cluster: Cluster) -> None:
-    """kill -9 of a leader, its data dir deleted and the broker started again at once (before, or
-    whether or not, the controller saw it leave): the new incarnation is fenced (dropped from
-    every ISR it was in, its leaderships moved, as Kafka's broker epochs do) before it may lead,
-    so it never serves its empty log; it rebuilds and rejoins; nothing acknowledged is lost."""
+    """kill -9 of a leader, its data dir deleted and the broker started again before the controller
+    saw it leave (the controller is paused meanwhile, so the race is won every time): the new
+    incarnation is fenced (dropped from every ISR it was in, its leaderships handed to a live ISR
+    member in a new epoch, as Kafka's broker epochs do) before it may lead, so it never serves its
+    empty log; it rebuilds and rejoins; nothing acknowledged is lost."""
     create(cluster.bootstrap, "f-empty", 3, 3, **MIN_ISR)
     wait_for(lambda: isr_full(cluster.bootstrap, "f-empty", 3), 20, "the ISR of f-empty")
     ctl = controller_of(cluster.bootstrap)
     victim = next(n for n in (3, 2, 1) if n != ctl)
+    led = led_by(cluster.bootstrap, "f-empty", victim)
+    assert led
     history = History()
-    producer = HistoryProducer(history, cluster.bootstrap, "f-empty", rate_per_s=300)
+    producer = HistoryProducer(history, cluster.bootstrap, "f-empty", rate_per_s=300,
+                               **{"request.timeout.ms": 5000, "socket.timeout.ms": 5000})
     time.sleep(2)
     b = cluster.brokers[victim]
-    b.kill9()
-    shutil.rmtree(b.data_dir)
-    b.start()  # at once
+    ctl_proc = cluster.brokers[ctl].proc
+    assert ctl_proc is not None
+    before = len(b.log_text().splitlines())
+    ctl_proc.send_signal(signal.SIGSTOP)  # holds the controller lock: no election until SIGCONT
+    try:
+        b.kill9()
+        shutil.rmtree(b.data_dir)
+        b.start()
+        fenced = wait_for(lambda: [ln for ln in b.log_text().splitlines()[before:] if "new incarnation" in ln], 20,
+                          "the restarted broker to fence its previous incarnation")
+    finally:
+        ctl_proc.send_signal(signal.SIGCONT)
     back_to_full(cluster, ("f-empty", 3))
     assert producer.stop() == 0
-    text = b.log_text()
-    assert "new incarnation" in text, text[-3000:]
+    after = b.log_text().splitlines()[before:]
+    empty_leads = [ln for ln in after if "f-empty" in ln and "leader in epoch" in ln and "(log end 0," in ln]
+    assert not empty_leads, empty_leads  # it never led with the empty log
+    assert any(f"f-empty-{i} " in ln for ln in fenced for i in led), fenced
     history.check(read_all(cluster.bootstrap, "f-empty", 3))
+    print("restart on an empty disk before the controller noticed:", [ln.split("] ", 1)[-1] for ln in fenced])
     # its rebuilt replicas alone hold every acknowledged record
     for n in others(victim):
         cluster.brokers[n].kill9()
@@ -389,15 +508,18 @@ def test_compacted_replicated_topic_each_replica_cleans_and_a_new_leader_serves_
     create(cluster.bootstrap, "f-cmp", 1, 3, **MIN_ISR, **{"cleanup.policy": "compact", "segment.bytes": "8192",
                                                           "min.cleanable.dirty.ratio": "0.01"})
     wait_for(lambda: isr_full(cluster.bootstrap, "f-cmp", 3), 20, "the ISR of f-cmp")
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    # batches must fit in a segment (a larger one is RECORD_LIST_TOO_LARGE, as in Kafka)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                  "batch.size": 4000})
     latest: dict[bytes, bytes] = {}
+    errors: list[Any] = []
     for rnd in range(60):
         for k in range(20):
             key, value = b"k%02d" % k, b"v%02d-%03d" % (k, rnd) + b"." * 80
-            p.produce("f-cmp", value, key=key, partition=0)
+            p.produce("f-cmp", value, key=key, partition=0, on_delivery=lambda err, _m: err and errors.append(err))
             latest[key] = value
         p.poll(0)
-    assert p.flush(30) == 0
+    assert p.flush(30) == 0 and not errors, errors[:3]
     total = 60 * 20
 
     def replica_bytes(n: int) -> int:

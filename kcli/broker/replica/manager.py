@@ -51,6 +51,7 @@ class ReplicaManager:
         self._fenced_parts: dict[tuple[int, str], set[tuple[str, int]]] = {}  # controller: done per new incarnation
         self._hw_checkpoint_s = broker.config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
         self._last_hw_checkpoint = time.monotonic()
+        self._live_at, self._live = 0.0, set()
         m = broker.metrics
         m.register_gauge("replica.under_replicated_partitions", self.under_replicated_count)
         m.register_gauge("replica.under_min_isr_partitions", self.under_min_isr_count)
@@ -109,15 +110,20 @@ class ReplicaManager:
         self.following.pop(key, None)
         lp = self.leaders.get(key)
         if lp is None or lp.leader_epoch != p.leader_epoch or lp.log is not lg:
-            if lp is not None:
-                lp.close()
+            old = lp
             if not lg.replicated:
                 # after a start: the checkpointed one (Kafka's replication-offset-checkpoint), else
                 # the log start; it rises to the ISR's lowest log end as the followers report
                 lg.set_high_watermark(start_high_watermark(lg))
             lg.assign_epoch(p.leader_epoch)  # Kafka's leaderEpochCache.assign on becoming leader
-            lp = LeaderPartition(t.name, p.partition, lg, p.leader_epoch, p.replicas, p.isr, self.node_id)
+            lp = LeaderPartition(t.name, p.partition, lg, p.leader_epoch, p.replicas, p.isr, self.node_id,
+                                 lag_max_ms=self.b.config.get_int("replica.lag.time.max.ms"))
+            lp.eligible = self.is_live  # a dead follower never holds the high watermark back
             self.leaders[key] = lp
+            if old is not None:
+                if old.log is lg:  # leader again in a new epoch: acks=all waiters carry on with the new one
+                    old.successor = lp
+                old.close()
             log.info("[Partition %s-%d broker=%d] leader in epoch %d with ISR %s (log end %d, high watermark %d)",
                      t.name, p.partition, self.node_id, p.leader_epoch, p.isr, lg.log_end_offset, lg.high_watermark)
         else:
@@ -190,15 +196,26 @@ class ReplicaManager:
             return {**base, "error_code": code, "high_watermark": lg.high_watermark,
                     "last_stable_offset": lg.high_watermark, "log_start_offset": lg.log_start_offset}
         lp.follower_fetched(replica_id, offset)
-        self._after_fetch(lp, t, p)
+        self._after_fetch(lp, t, p, replica_id)
         return {**base, "error_code": 0, "high_watermark": lg.high_watermark,
                 "last_stable_offset": lg.last_stable_offset, "log_start_offset": lg.log_start_offset,
                 "records": bytes(res.records) if res.records else b""}
 
-    def _after_fetch(self, lp: LeaderPartition, t: Any, p: Any) -> None:
+    def is_live(self, node: int) -> bool:
+        """Whether ``node`` is a live broker (the store's view, cached for 100 ms)."""
+        now = time.monotonic()
+        if now - self._live_at > 0.1:
+            self._live_at, self._live = now, {r.node_id for r in self.b.live_brokers()}
+        return node in self._live
+
+    def _after_fetch(self, lp: LeaderPartition, t: Any, p: Any, replica_id: int | None = None) -> None:
         if lp.maybe_increase_hw():
             self.b.notifier.notify(lp.topic, lp.partition)
         grow = lp.expand_candidates()
+        if replica_id is not None:
+            # Kafka's maybeExpandIsr runs for the follower that fetched: another follower's state
+            # may be that of a broker that died since (its last log end still at the HW)
+            grow = [r for r in grow if r == replica_id]
         if grow:  # only live brokers join (Kafka's controller refuses fenced or shutting-down ones)
             live = {r.node_id for r in self.b.live_brokers()}
             grow = [r for r in grow if r in live]
@@ -241,7 +258,13 @@ class ReplicaManager:
             return BrokerError(ErrorCode.not_leader_or_follower, f"Broker {self.node_id} is not the leader of {t.name}-{p.partition}")
         if lp.maybe_increase_hw():
             self.b.notifier.notify(t.name, p.partition)
+        deadline = time.monotonic() + timeout_s
         ok = await lp.wait_for_hw(offset, timeout_s)
+        while not ok and lp.successor is not None:
+            # still the leader, in a new leader epoch (a reassignment dropped replicas): the append
+            # stays in this log, so wait on (Kafka's delayed produce outlives makeLeader)
+            lp = lp.successor
+            ok = await lp.wait_for_hw(offset, deadline - time.monotonic())
         if lp.closed or self.leaders.get(key) is not lp:
             return BrokerError(ErrorCode.not_leader_or_follower,
                                f"Broker {self.node_id} is no longer the leader of {t.name}-{p.partition}")
@@ -345,9 +368,10 @@ class ReplicaManager:
             if rec is None:
                 del todo[key]
                 continue
+            base = p.partition_epoch  # (the append may apply the change to p at once)
             try:
                 b.metadata.append([rec])
-                todo[key] = p.partition_epoch
+                todo[key] = base
                 log.info("[Partition %s-%d broker=%d] new incarnation %s: %s", t.name, p.partition, self.node_id, me,
                          describe([rec], b.state)[0].split(": ", 1)[-1])
             except BrokerError as err:

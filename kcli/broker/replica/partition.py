@@ -28,8 +28,14 @@ class LeaderPartition:
     from the metadata; changes are proposed by the manager and take effect when applied."""
 
     def __init__(self, topic: str, partition: int, lg: Any, leader_epoch: int, replicas: list[int],
-                 isr: list[int], node_id: int) -> None:
+                 isr: list[int], node_id: int, lag_max_ms: int = 30000) -> None:
         self.topic = topic
+        self.lag_max_ms = lag_max_ms  # replica.lag.time.max.ms: how long a caught-up follower holds back the HW
+        # Kafka's isReplicaIsrEligible: a follower whose broker is not live (dead, fenced, restarted
+        # under a new incarnation) never holds the high watermark back from outside the ISR; the
+        # replica manager sets it (found by the replication bench: a killed follower, dropped from
+        # the ISR, held every acks=all produce of its partitions for replica.lag.time.max.ms)
+        self.eligible: Any = lambda _r: True
         self.partition = partition
         self.log = lg
         self.leader_epoch = leader_epoch
@@ -43,6 +49,7 @@ class LeaderPartition:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.pending_change = False  # an ISR change is being committed
         self.closed = False
+        self.successor: LeaderPartition | None = None  # this broker leads on in a new epoch (same log)
 
     # ---- metadata -------------------------------------------------------------------------
     def update_isr(self, isr: list[int], replicas: list[int]) -> None:
@@ -86,12 +93,21 @@ class LeaderPartition:
 
     # ---- high watermark -------------------------------------------------------------------
     def maybe_increase_hw(self) -> bool:
-        """HW = the lowest log end of the ISR (the leader's included); it never goes back."""
+        """HW = the lowest log end of the ISR (the leader's included), and of the followers outside
+        the ISR that are caught up (fetched the leader's log end within ``lag_max_ms``): Kafka's
+        maybeIncrementLeaderHW since KAFKA-7128. Without the latter, a follower catching up while
+        producers run finds the HW moved past its log end at every fetch (the ISR members fetched
+        more meanwhile) and never joins the ISR. It never goes back."""
         ends = [self.log.log_end_offset]
         for r in self.isr:
             if r != self.node_id:
                 f = self.followers.get(r)
                 ends.append(f.log_end_offset if f is not None else -1)
+        now = now_ms()
+        for r, f in self.followers.items():
+            if (r not in self.isr and r in self.replicas and f.log_end_offset >= 0 and f.last_caught_up_ms > 0
+                    and now - f.last_caught_up_ms <= self.lag_max_ms and self.eligible(r)):
+                ends.append(f.log_end_offset)
         new_hw = min(ends)
         if new_hw > self.log.high_watermark:
             self.log.set_high_watermark(new_hw)
