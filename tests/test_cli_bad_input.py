@@ -197,6 +197,32 @@ CASES: dict[str, list[Case]] = {
         C("topics", "delete", needle="--topic"),
         O("topics", "delete", "-t", MISSING, needle=MISSING),
     ],
+    "topics elect-leaders": [
+        C("topics", "elect-leaders", "--election-type", "sideways", needle="election-type"),
+        C("topics", "elect-leaders", "--partition", "0", needle="--topic"),
+        O("topics", "elect-leaders", "-t", MISSING, needle=MISSING),
+    ],
+    "partitions reassign plan": [
+        C("partitions", "reassign", "plan", "-t", CLASSIC, needle="--broker-list"),
+        C("partitions", "reassign", "plan", "-t", CLASSIC, "--broker-list", "1,x", needle="--broker-list"),
+    ],
+    "partitions reassign execute": [
+        C("partitions", "reassign", "execute", needle="--reassignment-json-file"),
+        C("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "a,b",
+          needle="--replicas"),
+        C("partitions", "reassign", "execute", "--reassignment-json-file", "{tmp}/missing.json", needle="missing.json"),
+        O("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "1,99",
+          code=2, needle="99"),
+    ],
+    "partitions reassign verify": [
+        C("partitions", "reassign", "verify", needle="--reassignment-json-file"),
+    ],
+    "partitions reassign cancel": [
+        C("partitions", "reassign", "cancel", "-t", CLASSIC, needle="--partition"),
+    ],
+    "partitions reassign list": [
+        C("partitions", "reassign", "list", "--bogus", needle="--bogus"),
+    ],
     "broker start": [
         C("broker", "start", "--data-dir", "{tmp}/b1", "--listen", "nonsense", needle="--listen"),
         C("broker", "start", "--data-dir", "{tmp}/b2", "--listen", "127.0.0.1:0", "--config", "no.such.config=1",

@@ -272,3 +272,16 @@ def test_bad_input_is_one_line_and_exit_1(broker, script, args, line, stream):
     assert "Traceback" not in res.stdout + res.stderr
     text = (res.stdout if stream == "out" else res.stderr).strip("\n")
     assert text == line
+
+
+def test_alter_to_the_same_partition_count_is_refused_as_kafka_does(broker):
+    """kafka-topics --alter --partitions N with N the current count: Kafka's broker answers
+    INVALID_PARTITIONS "Topic already has N partitions." and the tool exits 1 (kcli's own
+    `topics alter` calls it nothing to do)."""
+    res = tool("kafka-topics.sh", "--bootstrap-server", broker.bootstrap, "--create", "--topic", "same-count",
+               "--partitions", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = tool("kafka-topics.sh", "--bootstrap-server", broker.bootstrap, "--alter", "--topic", "same-count",
+               "--partitions", "2")
+    assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr
+    assert res.stdout.strip() == "Error while executing topic command : Topic already has 2 partitions."

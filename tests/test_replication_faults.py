@@ -7,9 +7,11 @@ no duplicate; for transactions, a read_committed consumer sees exactly the commi
 
 Default run: kill -9 of the controller, a transactional producer across a leader's kill -9,
 DeleteRecords and a leader change, a paused (SIGSTOP) leader fenced by the new one, a broker
-restarted on an empty disk at once after kill -9, and the high-watermark checkpoint. ``-m slow``
-adds a rolling restart and compaction. Victims and partitions are chosen from the cluster's state;
-the record values are fixed (``<producer>-<seq>``), so a failing run names the records it lost.
+restarted on an empty disk before the controller noticed, the high-watermark checkpoint, a rolling
+restart and compaction, plus log- and function-level checks of what these tests found. ``-m slow``
+adds a series of eight kills and pauses of brokers drawn with a fixed seed. Victims and partitions
+are chosen from the cluster's state; the record values are fixed (``<producer>-<seq>``), so a
+failing run names the records it lost.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
@@ -361,8 +363,9 @@ def test_a_paused_leader_is_fenced_and_acknowledges_nothing_the_new_leader_lacks
             c.send_raw(frame)
         boot = survivor_bootstrap(cluster, old)
         wait_for(lambda: leader_of(boot, "f-stop", part) in others(old), 30, "the controller to elect another leader")
-        elected = time.monotonic() - stopped
-        recovered = recovery_after(history, stopped, [part], 60)
+        elected_at = time.monotonic()
+        elected = elected_at - stopped
+        recovered = elected + recovery_after(history, elected_at, [part], 60)  # from the pause
         time.sleep(1)
     finally:
         proc.send_signal(signal.SIGCONT)
@@ -414,8 +417,12 @@ def test_a_broker_restarted_at_once_on_an_empty_disk_is_not_the_old_isr_member(c
         b.kill9()
         shutil.rmtree(b.data_dir)
         b.start()
-        fenced = wait_for(lambda: [ln for ln in b.log_text().splitlines()[before:] if "new incarnation" in ln], 20,
-                          "the restarted broker to fence its previous incarnation")
+        def fence_lines() -> list[str]:
+            return [ln for ln in b.log_text().splitlines()[before:] if "new incarnation" in ln and "f-empty-" in ln]
+
+        wait_for(lambda: {i for i in led if any(f"f-empty-{i} " in ln for ln in fence_lines())} == set(led), 20,
+                 "the restarted broker to hand over the leaderships of its previous incarnation")
+        fenced = fence_lines()
     finally:
         ctl_proc.send_signal(signal.SIGCONT)
     back_to_full(cluster, ("f-empty", 3))
@@ -423,7 +430,7 @@ def test_a_broker_restarted_at_once_on_an_empty_disk_is_not_the_old_isr_member(c
     after = b.log_text().splitlines()[before:]
     empty_leads = [ln for ln in after if "f-empty" in ln and "leader in epoch" in ln and "(log end 0," in ln]
     assert not empty_leads, empty_leads  # it never led with the empty log
-    assert any(f"f-empty-{i} " in ln for ln in fenced for i in led), fenced
+    assert all(any(f"f-empty-{i} " in ln and "leader " in ln for ln in fenced) for i in led), fenced
     history.check(read_all(cluster.bootstrap, "f-empty", 3))
     print("restart on an empty disk before the controller noticed:", [ln.split("] ", 1)[-1] for ln in fenced])
     # its rebuilt replicas alone hold every acknowledged record
@@ -477,9 +484,8 @@ def test_a_restarted_leader_starts_at_its_checkpointed_high_watermark(cluster: C
 
 
 # ---------------------------------------------------------------------------------------------
-# slow: rolling restart, compaction
+# rolling restart, compaction; slow: a seeded series of kill -9 and SIGSTOP
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_rolling_restart_under_load_loses_and_doubles_nothing(cluster: Cluster) -> None:
     create(cluster.bootstrap, "f-roll", 3, 3, **MIN_ISR)
     wait_for(lambda: isr_full(cluster.bootstrap, "f-roll", 3), 20, "the ISR of f-roll")
@@ -502,7 +508,6 @@ def test_rolling_restart_under_load_loses_and_doubles_nothing(cluster: Cluster) 
     assert all(s < 10 for s in stalls)
 
 
-@pytest.mark.slow
 def test_compacted_replicated_topic_each_replica_cleans_and_a_new_leader_serves_the_compacted_view(
         cluster: Cluster) -> None:
     create(cluster.bootstrap, "f-cmp", 1, 3, **MIN_ISR, **{"cleanup.policy": "compact", "segment.bytes": "8192",
@@ -535,7 +540,9 @@ def test_compacted_replicated_topic_each_replica_cleans_and_a_new_leader_serves_
         c = Consumer({"bootstrap.servers": boot, "group.id": "f-cmp", "auto.offset.reset": "earliest"})
         c.assign([TopicPartition("f-cmp", 0, 0)])
         got: list[Any] = []
-        end = c.get_watermark_offsets(TopicPartition("f-cmp", 0), timeout=10)[1]
+        # the new leader's high watermark reaches the old one once the other follower has fetched
+        end = wait_for(lambda: (e := c.get_watermark_offsets(TopicPartition("f-cmp", 0), timeout=10)[1]) == total and e,
+                       15, "the new leader's high watermark at the log end")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (not got or got[-1].offset() < end - 1):
             m = c.poll(0.5)
@@ -543,7 +550,7 @@ def test_compacted_replicated_topic_each_replica_cleans_and_a_new_leader_serves_
                 got.append(m)
         c.close()
         offsets = [m.offset() for m in got]
-        assert offsets == sorted(set(offsets)) and end == total
+        assert offsets == sorted(set(offsets))
         view: dict[bytes, bytes] = {}
         for m in got:
             view[m.key()] = m.value()
@@ -552,3 +559,42 @@ def test_compacted_replicated_topic_each_replica_cleans_and_a_new_leader_serves_
     finally:
         cluster.start(old)
     back_to_full(cluster, ("f-cmp", 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [7])
+def test_seeded_series_of_kills_and_pauses_loses_and_doubles_nothing(cluster: Cluster, seed: int) -> None:
+    """Eight rounds, each a random broker (random.Random(seed)) killed with SIGKILL or paused past
+    its lease with SIGSTOP while two idempotent producers run, then brought back with a full ISR."""
+    import random
+
+    rng = random.Random(seed)
+    create(cluster.bootstrap, "f-soak", 3, 3, **MIN_ISR)
+    wait_for(lambda: isr_full(cluster.bootstrap, "f-soak", 3), 20, "the ISR of f-soak")
+    history = History()
+    producers = [HistoryProducer(history, cluster.bootstrap, "f-soak", f"k{i}", rate_per_s=150,
+                                 **{"request.timeout.ms": 5000, "socket.timeout.ms": 5000}) for i in range(2)]
+    rounds = []
+    for _ in range(8):
+        time.sleep(rng.uniform(0.5, 2.0))
+        ctl = controller_of(cluster.bootstrap)
+        victim, fault = rng.choice(NODES), rng.choice(["kill", "stop"])
+        if fault == "stop" and victim == ctl:
+            fault = "kill"  # a paused controller keeps its lock (docs/replication.md, "Not built yet")
+        b = cluster.brokers[victim]
+        if fault == "kill":
+            b.kill9()
+            time.sleep(rng.uniform(0.0, 2.0))
+            cluster.start(victim)
+        else:
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(4.0, 6.0))  # past the 3 s lease: another leader is elected
+            b.proc.send_signal(signal.SIGCONT)
+        back_to_full(cluster, ("f-soak", 3))
+        rounds.append(f"{fault}:{victim}")
+    for p in producers:
+        assert p.stop() == 0
+    summary = history.check(read_all(cluster.bootstrap, "f-soak", 3))
+    print(f"seed {seed}: {rounds}", summary)
+

@@ -84,7 +84,7 @@ def _targets(json_file: Optional[str], topic: Optional[str], partition: Optional
         return ops.parse_reassignment_json(_read(json_file))
     if topic is None or partition is None:
         raise UsageError("give --reassignment-json-file, or --topic and --partition (with --replicas)")
-    reps = ops.parse_broker_list(replicas) if replicas is not None else []
+    reps = ops.parse_broker_list(replicas, "--replicas") if replicas is not None else []
     return {(topic, partition): reps}
 
 

@@ -8,6 +8,7 @@ import json
 from kcli.errors import KcliError
 from kcli.kafka_tools import common
 from kcli.kafka_tools.common import ToolError, ToolParser
+from kcli.ops.kafka_json import versioned_document
 
 PROG = "kafka-delete-records.sh"
 
@@ -24,15 +25,7 @@ def parser() -> ToolParser:
 
 def parse_offsets(text: str) -> list[tuple[str, int, int]]:
     """DeleteRecordsCommand.parseOffsetJsonStringWithoutDedup, with its messages."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise ToolError("The input string is not a valid JSON") from None
-    if not isinstance(doc, dict):
-        raise ToolError("The input string is not a valid JSON")
-    version = doc.get("version", 1)
-    if version != 1:
-        raise ToolError(f"Not supported version field value {version}")
+    doc = versioned_document(text, ToolError)
     if "partitions" not in doc:
         raise ToolError("Missing partitions field")
     out: list[tuple[str, int, int]] = []

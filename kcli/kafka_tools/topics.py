@@ -214,6 +214,11 @@ def alter(conn: Any, ns: Any) -> None:
     found = _matching(conn, ns.topic, ns.exclude_internal)
     _ensure_exists(found, ns.topic, not ns.if_exists)
     for name in found:
+        if ns.partitions is not None:
+            current = ops.describe_topics(conn, [name])[0].partition_count
+            if ns.partitions == current:  # kcli's own alter is a no-op here; Kafka's broker refuses it
+                raise ToolError(f"Error while executing topic command : Topic already has {current} partitions.",
+                                stream="out")
         result = ops.alter_topic(conn, ops.AlterTopicRequest(
             name, partitions=ns.partitions, delete_partitions_delay_ms=ns.delete_partitions_delay, assume_yes=True))
         if result.shrink is not None:

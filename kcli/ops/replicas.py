@@ -18,6 +18,7 @@ from confluent_kafka import TopicCollection
 
 from kcli.errors import KafkaApiError, OperationError, UsageError
 from kcli.ops.connection import Connection, admin
+from kcli.ops.kafka_json import versioned_document
 from kcli.protocol.errors import error_name
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
@@ -234,15 +235,7 @@ def format_json(assignment: dict[tuple[str, int], list[int]]) -> str:
 
 def parse_reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
     """parsePartitionReassignmentData + parseExecuteAssignmentArgs' checks, with Kafka's messages."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise UsageError("The input string is not a valid JSON") from None
-    if not isinstance(doc, dict):
-        raise UsageError("The input string is not a valid JSON")
-    version = doc.get("version", 1)
-    if version != 1:
-        raise UsageError(f"Not supported version field value {version}")
+    doc = versioned_document(text)
     entries: list[tuple[tuple[str, int], list[int]]] = []
     for e in doc.get("partitions") or []:
         try:
@@ -275,15 +268,7 @@ def parse_reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
 
 def parse_topics_json(text: str) -> list[str]:
     """parseTopicsData: ``{"version":1,"topics":[{"topic":"t"}]}``."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise UsageError("The input string is not a valid JSON") from None
-    if not isinstance(doc, dict):
-        raise UsageError("The input string is not a valid JSON")
-    version = doc.get("version", 1)
-    if version != 1:
-        raise UsageError(f"Not supported version field value {version}")
+    doc = versioned_document(text)
     try:
         topics = [str(e["topic"]) for e in doc.get("topics") or []]
     except (KeyError, TypeError) as err:
@@ -294,11 +279,12 @@ def parse_topics_json(text: str) -> list[str]:
     return topics
 
 
-def parse_broker_list(text: str) -> list[int]:
+def parse_broker_list(text: str, option: str = "--broker-list") -> list[int]:
+    """Comma-separated broker ids (``option`` names the flag they came from, for the message)."""
     try:
         ids = [int(x) for x in text.split(",")]
     except ValueError:
-        raise UsageError(f"--broker-list must be comma-separated broker ids, got {text!r}") from None
+        raise UsageError(f"{option} must be comma-separated broker ids, got {text!r}") from None
     dups = sorted({x for x in ids if ids.count(x) > 1})
     if dups:
         raise UsageError(f"Broker list contains duplicate entries: {', '.join(map(str, dups))}")

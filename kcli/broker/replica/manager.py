@@ -51,7 +51,8 @@ class ReplicaManager:
         self._fenced_parts: dict[tuple[int, str], set[tuple[str, int]]] = {}  # controller: done per new incarnation
         self._hw_checkpoint_s = broker.config.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
         self._last_hw_checkpoint = time.monotonic()
-        self._live_at, self._live = 0.0, set()
+        self._live_at = 0.0
+        self._live: set[int] = set()  # is_live's cache
         m = broker.metrics
         m.register_gauge("replica.under_replicated_partitions", self.under_replicated_count)
         m.register_gauge("replica.under_min_isr_partitions", self.under_min_isr_count)
