@@ -17,7 +17,7 @@ from typing import Any
 
 from kcli.errors import KafkaApiError, OperationError
 from kcli.protocol import codec, security
-from kcli.protocol.codec import build, request_class, response_class
+from kcli.protocol.codec import build, request_class
 
 
 class WireClient:
@@ -138,12 +138,7 @@ class WireClient:
         except OSError as err:
             self.close()
             raise OperationError(f"request to {self.address[0]}:{self.address[1]} failed: {err}") from None
-        (cid,) = struct.unpack_from(">i", data, 0)
-        if cid != correlation:
-            raise OperationError(f"correlation id mismatch: sent {correlation}, got {cid}")
-        cls = response_class(api_key, version)
-        pos = 4
-        if cls.__header_schema__.__flexible__:
-            pos = codec._skip_tagged_fields(data, pos)
-        entity, _ = codec._reader(cls)(data, pos)
-        return entity
+        try:
+            return codec.decode_response(api_key, version, data, correlation)
+        except ValueError as err:
+            raise OperationError(str(err)) from None

@@ -216,6 +216,20 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
+def decode_response(api_key: int, version: int, data: bytes, correlation: int) -> Any:
+    """A response frame (without its size prefix) as kio's entity: what a client, kcli's own or a
+    replica fetcher, reads back. ValueError when it answers another request (correlation id)."""
+    (cid,) = struct.unpack_from(">i", data, 0)
+    if cid != correlation:
+        raise ValueError(f"correlation id mismatch: sent {correlation}, got {cid}")
+    cls = response_class(api_key, version)
+    pos = 4
+    if cls.__header_schema__.__flexible__:
+        pos = _skip_tagged_fields(data, pos)
+    entity, _ = _reader(cls)(data, pos)
+    return entity
+
+
 def _skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     def uvarint(p: int) -> tuple[int, int]:
         shift = value = 0

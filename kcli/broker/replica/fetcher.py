@@ -20,7 +20,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.protocol import codec
-from kcli.protocol.codec import response_class
 from kcli.protocol.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, endpoint_of
 from kcli.storage.errors import LogError
 from kcli.storage.log import AppendOrigin
@@ -100,15 +99,10 @@ class Connection:
             return await self.reader.readexactly(size)
 
         data = await asyncio.wait_for(exchange(), timeout_s)
-        (cid,) = struct.unpack_from(">i", data, 0)
-        if cid != correlation:
-            raise OSError(f"correlation id mismatch: sent {correlation}, got {cid}")
-        cls = response_class(api_key, version)
-        pos = 4
-        if cls.__header_schema__.__flexible__:
-            pos = codec._skip_tagged_fields(data, pos)
-        entity, _ = codec._reader(cls)(data, pos)
-        return entity
+        try:
+            return codec.decode_response(api_key, version, data, correlation)
+        except ValueError as err:
+            raise OSError(str(err)) from None
 
 
 class ReplicaFetcher:
