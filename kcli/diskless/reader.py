@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from crc32c import crc32c
 
+from kcli.once import FirstTimes
 from kcli.records.batch import (
     HEADER_SIZE,
     InvalidBatchError,
@@ -61,7 +62,6 @@ GET_RETRY_BACKOFF_S = 0.025
 GET_RETRY_BUDGET_S = 2.0
 GET_WARNING_INTERVAL_S = 10.0  # an unreachable store fails every GET: one line per interval, with a count
 CORRUPT_METRIC = "fetch.corrupt.batches{source=diskless}"  # Kafka-style CorruptFetchBatchesPerSec (docs/observability.md)
-DAMAGE_REPORTS_KEPT = 10_000  # damaged (object, range)s already logged: each is logged once, not per fetch
 # baseOffset, batchLength, magic, crc, lastOffsetDelta: what the read check needs of a v2 header
 _CHECK = struct.Struct(">qi4xbI2xi")
 # bench/fetch_crc_bench.py only: "1" turns the read check off so one run can compare on and off.
@@ -197,7 +197,7 @@ class Reader:
         self._get_warned_at = -GET_WARNING_INTERVAL_S  # failed GETs: one WARNING line per interval
         self._gets_failed_quietly = 0
         self._gets_by_task: dict[asyncio.Task[Any], int] = {}
-        self._damage_reported: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        self._damage_reported = FirstTimes()  # (object, range)s logged: each once, not per fetch
         self._check_reads = os.environ.get(UNCHECKED_READS_ENV) != "1"
         if not self._check_reads:
             log.warning("%s=1: batches read from the object store are NOT checked (benchmarks only)",
@@ -276,11 +276,7 @@ class Reader:
                    f"{tp.topic}-{tp.partition}): {why}")
         # the replica cache's fill counts its own (it retries with back-off; no Fetch got the error)
         self.metrics.inc("diskless.replica.cache.corrupt.batches" if FILLING.get() else CORRUPT_METRIC)
-        ident = (b.object_key, md.byte_offset, md.byte_size)
-        if ident not in self._damage_reported:
-            self._damage_reported[ident] = None
-            while len(self._damage_reported) > DAMAGE_REPORTS_KEPT:
-                self._damage_reported.popitem(last=False)
+        if self._damage_reported.first((b.object_key, md.byte_offset, md.byte_size)):
             log.warning("fetch: %s; answering CORRUPT_MESSAGE, the object is left in place "
                         "(`kcli diskless verify -k %s` lists its damage)", message, b.object_key,
                         extra={"event": "diskless.corrupt_batch", "object_key": b.object_key,

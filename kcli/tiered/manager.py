@@ -52,6 +52,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
+from kcli.once import FirstTimes
 from kcli.records.batch import HEADER_SIZE, InvalidBatchError, read_header
 from kcli.storage.errors import LogError, OffsetOutOfRange
 from kcli.storage.index import OffsetIndex, TimeIndex
@@ -86,7 +87,6 @@ _READ_CHUNK = 64 * 1024
 _INDEX_CACHE_ENTRIES = 1024
 _TXN_SCAN_SEGMENTS = 1000  # remote transaction indexes one read looks through at most
 CORRUPT_METRIC = "fetch.corrupt.batches{source=tiered}"  # Kafka-style CorruptFetchBatchesPerSec (docs/observability.md)
-_DAMAGE_REPORTS_KEPT = 10_000  # damaged (segment, position)s already logged: each once, not per fetch
 
 
 def _nonempty(path: "os.PathLike[str]") -> bool:
@@ -117,7 +117,7 @@ class RemoteLogManager(BrokerExtension):
         self._locks: dict[tuple[uuid.UUID, int], asyncio.Lock] = {}
         self._index_cache: OrderedDict[tuple[uuid.UUID, IndexType], Any] = OrderedDict()  # parsed indexes
         self._index_lock = threading.Lock()  # remote reads run in worker threads
-        self._damage_reported: OrderedDict[tuple[str, int], None] = OrderedDict()  # logged once each
+        self._damage_reported = FirstTimes()  # damaged (segment, position)s logged: each once, not per fetch
         self._copy_wakeup = asyncio.Event()
         # one guard per task: a failing partition is backed off and logged once, the rest proceed
         self.copy_guard = TaskGuard("tiered-copy", broker.metrics, log)
@@ -673,11 +673,7 @@ class RemoteLogManager(BrokerExtension):
                 else f"position {damage.position}")
         message = f"{where} {span} (segment {md.start_offset}..{md.end_offset} of {t.name}-{partition}): {damage.why}"
         self.broker.metrics.inc(CORRUPT_METRIC)
-        ident = (where, damage.position)
-        if ident not in self._damage_reported:
-            self._damage_reported[ident] = None
-            while len(self._damage_reported) > _DAMAGE_REPORTS_KEPT:
-                self._damage_reported.popitem(last=False)
+        if self._damage_reported.first((where, damage.position)):
             log.warning("remote fetch: %s; answering CORRUPT_MESSAGE, the segment is left in place", message,
                         extra={"event": "tiered.corrupt_batch", "location": where, "position": damage.position,
                                "byte_size": damage.size})
