@@ -241,7 +241,6 @@ def faulty_broker_configs(objects: Path, switch: Path, stats: Path, delegate: st
         "remote.log.manager.task.interval.ms": "200",
         "log.retention.check.interval.ms": "300",
         "diskless.fetch.cache.max.bytes": "0",
-        "diskless.replica.cache.enable": "false",  # every read goes to the (failing) store
     }
 
 

@@ -213,6 +213,10 @@ class FileCleaner:
             if unknown_objects:
                 report.unknown_objects.clear()  # not deleted after all
             return  # claimed orphans are files marked for deletion now: the marked path retries them
+        if found:  # counted as they go, not after the bookkeeping: a reader that sees them gone sees the count
+            self.metrics.inc("diskless.cleaner.orphans_deleted", len(found))
+        if unknown_objects and scan.unknown:
+            self.metrics.inc("diskless.cleaner.unknown_deleted", len(scan.unknown))
         if found:
             try:  # their claim rows go with them (what the marked path would do after the grace period)
                 from plugins.coordinator.base import DeleteFilesRequest
@@ -225,10 +229,6 @@ class FileCleaner:
         if unknown_objects and scan.unknown:
             log.warning("deleted %d unknown object(s) on request: %s", len(scan.unknown), ", ".join(scan.unknown[:10]))
         report.orphans.extend(found)
-        if found:
-            self.metrics.inc("diskless.cleaner.orphans_deleted", len(found))
-        if unknown_objects and scan.unknown:
-            self.metrics.inc("diskless.cleaner.unknown_deleted", len(scan.unknown))
         self.on_deleted(doomed)
         await self._forget_intents(report, scan.stale_intents if orphans else [])  # claims dropped the others
 
