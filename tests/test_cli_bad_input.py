@@ -164,8 +164,8 @@ CASES: dict[str, list[Case]] = {
         O("topics", "create", "-t", "fresh-x", "--replication-factor", "3", needle="INVALID_REPLICATION_FACTOR"),
         O("topics", "create", "-t", "fresh-x", "--diskless", "--config", "diskless.enable=false", code=2,
           needle="--diskless"),
-        O("topics", "create", "-t", "fresh-x", "--diskless", "--config", "remote.storage.enable=true",
-          needle="remote.storage.enable"),
+        O("topics", "create", "-t", "fresh-x", "--diskless", "--config", "remote.storage.enable=maybe",
+          needle="remote.storage.enable"),  # a diskless topic may tier (docs/diskless-tiering.md): a bad value
     ],
     "topics list": [
         O("topics", "list", "--diskless", "--classic", code=2, needle="at most one"),
@@ -186,7 +186,8 @@ CASES: dict[str, list[Case]] = {
         # --policy is a choice (retain|delete): a usage error naming the choices, before the cluster is asked.
         O("topics", "alter", "-t", TIERED, "--disable-tiering", "--policy", "shred", code=2,
           needle="is not one of 'retain', 'delete'"),
-        O("topics", "alter", "-t", DISKLESS, "--enable-tiering", needle="diskless"),
+        # a diskless topic may tier (docs/diskless-tiering.md): a bad value is still refused
+        O("topics", "alter", "-t", DISKLESS, "--config", "remote.storage.enable=yes", needle="remote.storage.enable"),
         O("topics", "alter", "-t", DISKLESS, "--config", "diskless.enable=false", needle="diskless.enable"),
         O("topics", "alter", "-t", TIERED, "--wait", code=2, needle="--wait goes with"),
         O("topics", "alter", "-t", TIERED, "--disable-tiering", "--timeout", "5", code=2, needle="--timeout goes with --wait"),

@@ -162,17 +162,25 @@ def read_all(bootstrap: str, topic: str, producers: list[RackProducer], partitio
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
+    last: list[object] = [None]
+
     def watermarks() -> dict[int, int] | None:
         try:
             done = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
                                       request_timeout=10)
             e = {tp.partition: f.result(15).offset for tp, f in done.items()}
-        except KafkaException:
+        except KafkaException as err:
+            last[0] = err
             return None
+        last[0] = e
         return e if all(e[p] >= acked[p] for p in e) else None
 
     try:
-        ends = wait_for(watermarks, 15, f"high watermarks at the acknowledged ends {acked}")
+        try:
+            ends = wait_for(watermarks, 15, "high watermarks")
+        except AssertionError:
+            raise AssertionError(f"high watermarks not at the acknowledged ends {acked} in 15 s: last "
+                                 f"answer {last[0]}") from None
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         deadline = time.monotonic() + timeout
         while any(len(out[p]) < ends[p] for p in out) and time.monotonic() < deadline:

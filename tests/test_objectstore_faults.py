@@ -316,8 +316,17 @@ def test_broker_over_a_failing_local_store_loses_nothing_and_recovers(broker_fac
     print(f"\ninjected: {injected}; consumers saw: {sorted(set(seen))}")
     assert injected["failures.fetch"] >= 1, "the reads went through the faults"
     # Torn objects of partial uploads are orphans: collected after the grace period; nothing damaged.
-    report = wait_until(lambda: (lambda r: r if not r["orphans"] else None)(admin(b.bootstrap, admin_api.DISKLESS_VERIFY_KEY)),
-                        20, what="orphans of failed uploads collected")
+    last: dict[str, Any] = {}
+
+    def collected() -> dict[str, Any] | None:
+        last.update(admin(b.bootstrap, admin_api.DISKLESS_VERIFY_KEY))
+        return dict(last) if not last["orphans"] else None
+
+    try:
+        report = wait_until(collected, 30, what="orphans of failed uploads collected")
+    except AssertionError:
+        cleaner = [line for line in b.log_text().splitlines() if "cleaner" in line or "orphan" in line]
+        raise AssertionError(f"orphans left: {last.get('orphans')}; cleaner log: {cleaner[-15:]}") from None
     assert report["problems"] == [] and report["objects_checked"] >= 1
     assert counter(b.bootstrap, "diskless.cleaner.orphans_deleted") >= 1
 
@@ -370,8 +379,17 @@ def test_broker_over_a_failing_s3_store_loses_nothing_and_recovers(broker_factor
     msgs, _ = read_all(b.bootstrap, "sf", 2, n)
     check_exactly_once(msgs, ledger, "sf")
     assert len(msgs) == n
-    report = wait_until(lambda: (lambda r: r if not r["orphans"] else None)(admin(b.bootstrap, admin_api.DISKLESS_VERIFY_KEY)),
-                        20, what="orphans of failed uploads collected")
+    last: dict[str, Any] = {}
+
+    def collected() -> dict[str, Any] | None:
+        last.update(admin(b.bootstrap, admin_api.DISKLESS_VERIFY_KEY))
+        return dict(last) if not last["orphans"] else None
+
+    try:
+        report = wait_until(collected, 30, what="orphans of failed uploads collected")
+    except AssertionError:
+        cleaner = [line for line in b.log_text().splitlines() if "cleaner" in line or "orphan" in line]
+        raise AssertionError(f"orphans left: {last.get('orphans')}; cleaner log: {cleaner[-15:]}") from None
     assert report["problems"] == [] and report["storage"].startswith(f"s3://{s3_bucket}/faulty")
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kcli.config.broker_config import BrokerConfig
-from kcli.config.definitions import (BROKER_CONFIGS, DISKLESS_SYSTEM_DISABLED, TOPIC_CONFIGS, ConfigError,
-                                    format_value, normalise_topic_configs, parse_value)
+from kcli.config.definitions import (BROKER_CONFIGS, DISKLESS_SYSTEM_DISABLED, TIERED_SYSTEM_DISABLED, TOPIC_CONFIGS,
+                                    ConfigError, format_value, normalise_topic_configs, parse_value)
 from kcli.broker.listeners import Endpoint, Listener, advertised_endpoints, check_security
 from kcli.metadata.metadata_log import (
     BROKER_RESOURCE,
@@ -539,14 +539,10 @@ class Broker:
         if diskless and (not self.config.get_bool("diskless.system.enable") or self.diskless is None):
             # on alter too: Kafka checks a tiered topic's merged configs against remote.log.storage.system.enable
             raise BrokerError(ErrorCode.invalid_config, DISKLESS_SYSTEM_DISABLED)
-        if creating and diskless:
-            if out.get("remote.storage.enable") == "true":
-                raise BrokerError(ErrorCode.invalid_config, "a diskless topic cannot also set remote.storage.enable=true")
         if out.get("remote.storage.enable") == "true":
-            if diskless:
-                raise BrokerError(ErrorCode.invalid_config, "remote.storage.enable cannot be set on a diskless topic")
+            # a diskless topic may tier too (kcli/diskless/tiering.py, docs/diskless-tiering.md)
             if not self.config.get_bool("remote.log.storage.system.enable"):
-                raise BrokerError(ErrorCode.invalid_config, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+                raise BrokerError(ErrorCode.invalid_config, TIERED_SYSTEM_DISABLED)
         self._check_compaction(out, topic)
         return out
 
@@ -983,7 +979,12 @@ class Broker:
     def partition_offsets(self, t: TopicState, partition: int) -> tuple[int, int]:
         """(high watermark, log start offset)."""
         if self.is_diskless(t):
-            return self.diskless.offsets(t, partition) if self.diskless is not None else (-1, -1)
+            if self.diskless is None:
+                return -1, -1
+            hw, start = self.diskless.offsets(t, partition)
+            if self.diskless.tiering is not None:  # the remote tier's start below the coordinator's
+                start = self.diskless.tiering.log_start_offset(t, partition, start)
+            return hw, start
         lg = self.get_log(t.name, partition)
         if lg is None:
             return -1, -1

@@ -23,19 +23,24 @@ groups_app = typer.Typer(help="List, describe and delete consumer groups; reset 
 def list_(
     ctx: typer.Context,
     state: List[str] = typer.Option([], "--state", help="Only groups in these states (Stable, Empty, ...; repeatable or comma-separated); adds a STATE column."),
+    type_: List[str] = typer.Option([], "--type", help="Only groups of these protocols (classic, consumer; repeatable or comma-separated); adds a TYPE column."),
 ) -> None:
-    """List consumer groups, one name per line (with --state: GROUP STATE).
+    """List consumer groups, one name per line (with --state: GROUP STATE; with --type: a TYPE
+    column, classic or consumer).
 
-    Example: kcli groups list --state Empty
+    Example: kcli groups list --type classic,consumer
     """
     states = [s for value in state for s in value.split(",")]
+    types = [t for value in type_ for t in value.split(",")]
     opts = options(ctx)
     with connect(opts) as conn:
-        listings = ops.list_groups(conn, states)
+        listings = ops.list_groups(conn, states, types)
 
     def table() -> None:
-        if state:
-            print_table([vars(g) for g in listings], [("GROUP", "group"), ("STATE", "state")])
+        if state or type_:
+            columns = [("GROUP", "group")] + ([("STATE", "state")] if state else []) \
+                + ([("TYPE", "type")] if type_ else [])
+            print_table([vars(g) for g in listings], columns)
         else:
             for g in listings:
                 sys.stdout.write(f"{g.group}\n")
@@ -70,8 +75,10 @@ def _describe_table(descriptions: list[ops.GroupDescription]) -> None:
             out.write("\n")
         lags = d.lag_by_topic
         head = [("GROUP", d.group), ("COORDINATOR", "-" if d.coordinator is None else str(d.coordinator)),
-                ("STATE", d.state), ("PROTOCOL-TYPE", d.protocol_type or "-"), ("PROTOCOL", d.protocol or "-"),
-                ("MEMBERS", str(len(d.members))), ("TOTAL-LAG", str(sum(lags.values())))]
+                ("TYPE", d.type), ("STATE", d.state), ("PROTOCOL-TYPE", d.protocol_type or "-"),
+                ("PROTOCOL", d.protocol or "-"), ("MEMBERS", str(len(d.members))), ("TOTAL-LAG", str(sum(lags.values())))]
+        if d.group_epoch is not None:
+            head += [("GROUP-EPOCH", str(d.group_epoch)), ("TARGET-ASSIGNMENT-EPOCH", str(d.assignment_epoch))]
         width = max(len(k) for k, _ in head)
         for key, value in head:
             out.write(f"{key.ljust(width)}  {value}\n")
@@ -88,9 +95,13 @@ def _describe_table(descriptions: list[ops.GroupDescription]) -> None:
         if d.members:
             out.write("\n")
             rows = [{"consumer_id": m.member_id, "host": m.host, "client_id": m.client_id, "count": len(m.assignment),
-                     "assignment": _assignment(m.assignment)} for m in d.members]
-            print_table(rows, [("CONSUMER-ID", "consumer_id"), ("HOST", "host"), ("CLIENT-ID", "client_id"),
-                               ("#PARTITIONS", "count"), ("ASSIGNMENT", "assignment")])
+                     "assignment": _assignment(m.assignment), "epoch": m.member_epoch,
+                     "target": _assignment(m.target_assignment or [])} for m in d.members]
+            columns = [("CONSUMER-ID", "consumer_id"), ("HOST", "host"), ("CLIENT-ID", "client_id"),
+                       ("#PARTITIONS", "count"), ("ASSIGNMENT", "assignment")]
+            if d.group_epoch is not None:  # a consumer group: Kafka's --members --verbose columns
+                columns += [("CURRENT-EPOCH", "epoch"), ("TARGET-ASSIGNMENT", "target")]
+            print_table(rows, columns)
 
 
 def _assignment(parts: list[dict]) -> str:

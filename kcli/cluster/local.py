@@ -51,7 +51,7 @@ class LocalClusterStore:
     def publish_offsets(self, changes: list[Any]) -> None:
         pass  # no other broker
 
-    def set_offsets_listener(self, listener: Any) -> None:
+    def set_offsets_listener(self, listener: Any, on_gap: Any = None) -> None:
         pass
 
     def register_broker(self, node_id: int, rack: str | None, host: str, port: int,

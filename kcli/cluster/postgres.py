@@ -121,6 +121,7 @@ class PostgresClusterStore:
         self._db_ok = True
         self._closed = False
         self._offsets_listener: OffsetsListener | None = None
+        self._offsets_gap: Callable[[], None] | None = None
         self._outbox: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
         self._outbox_ready: asyncio.Event | None = None
 
@@ -278,8 +279,10 @@ class PostgresClusterStore:
         if self._loop is not None and self._outbox_ready is not None:
             self._loop.call_soon_threadsafe(self._outbox_ready.set)
 
-    def set_offsets_listener(self, listener: OffsetsListener | None) -> None:
+    def set_offsets_listener(self, listener: OffsetsListener | None,
+                             on_gap: Callable[[], None] | None = None) -> None:
         self._offsets_listener = listener
+        self._offsets_gap = on_gap
 
     def _offset_payloads(self, outbox: dict[tuple[uuid.UUID, int], tuple[int, int]]) -> list[str]:
         head = f"{self.node_id}|"
@@ -313,8 +316,15 @@ class PostgresClusterStore:
             outbox, self._outbox = self._outbox, {}
             try:
                 await self._loop.run_in_executor(None, self._send_payloads, self._offset_payloads(outbox))
-            except DB_ERRORS as err:  # the receivers' periodic refresh covers it
-                log.debug("cannot publish diskless offsets: %s", reason(err))
+            except DB_ERRORS as err:
+                # Kept (merged with newer changes, one entry per partition: bounded) and sent again
+                # once the database answers: the other brokers' fetches at the log end wait on it.
+                log.debug("cannot publish diskless offsets, retrying in 1 s: %s", reason(err))
+                for key, (hwm, lso) in outbox.items():
+                    new = self._outbox.get(key)
+                    self._outbox[key] = (hwm, lso) if new is None else (max(new[0], hwm), max(new[1], lso))
+                await asyncio.sleep(1.0)
+                self._outbox_ready.set()
 
     def _offsets_received(self, payload: str) -> None:
         sender, _, body = payload.partition("|")
@@ -554,6 +564,7 @@ class PostgresClusterStore:
         """Wake the catch-up on every metadata NOTIFY and pass on diskless offsets; reconnects by
         itself (polling covers the gaps)."""
         assert self._wake is not None
+        lost = False
         while not stopping() and not self._closed:
             try:
                 aconn = await psycopg.AsyncConnection.connect(self.url, **self._kwargs("listen"))
@@ -561,6 +572,9 @@ class PostgresClusterStore:
                     await aconn.execute(f"LISTEN {CHANNEL}")
                     await aconn.execute(f"LISTEN {OFFSETS_CHANNEL}")
                     self._wake.set()  # records appended while we were not listening
+                    if lost and self._offsets_gap is not None:
+                        self._offsets_gap()  # offsets published while we were not listening
+                    lost = False
                     while not stopping() and not self._closed:
                         async for n in aconn.notifies(timeout=5.0):
                             if n.channel == OFFSETS_CHANNEL:
@@ -569,6 +583,7 @@ class PostgresClusterStore:
                                 self._wake.set()
             except DB_ERRORS as err:
                 log.debug("LISTEN connection failed: %s", reason(err))
+                lost = True
                 await asyncio.sleep(1.0)
 
     def close(self) -> None:

@@ -111,8 +111,12 @@ class ClusterStateStore(Protocol):
         fetch waiting at the log end should wake). Never blocks; best effort: a lost message is
         covered by their periodic refresh from the batch coordinator."""
 
-    def set_offsets_listener(self, listener: OffsetsListener | None) -> None:
-        """Who hears of offsets other brokers published (called on the event loop)."""
+    def set_offsets_listener(self, listener: OffsetsListener | None,
+                             on_gap: Callable[[], None] | None = None) -> None:
+        """Who hears of offsets other brokers published (called on the event loop); ``on_gap``
+        is called when messages may have been missed (the channel was down and is back), so the
+        receiver re-reads its offsets from the batch coordinator at once instead of waiting for
+        its periodic refresh."""
 
     def register_broker(self, node_id: int, rack: str | None, host: str, port: int,
                         listeners: list[dict[str, Any]] | None = None) -> None:

@@ -15,6 +15,9 @@ from typing import Any, Callable, Iterable
 # What a broker started with diskless.system.enable=false answers for any diskless topic (and the
 # runbook simulator predicts): one sentence, so scripts can match it.
 DISKLESS_SYSTEM_DISABLED = "diskless.enable=true needs diskless.system.enable=true on the broker"
+# Kafka's words, then which setting: a diskless topic tiers as a classic one does
+TIERED_SYSTEM_DISABLED = ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
+                          "remote log storage (remote.storage.enable=true needs remote.log.storage.system.enable=true).")
 
 
 class ConfigError(ValueError):
@@ -245,6 +248,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance.", at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, "", at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, "", at_least(0)),
+    # KIP-848 consumer groups (group.protocol=consumer)
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45000,
+              "A consumer-protocol member that sends no heartbeat for this long is fenced.", at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000,
+              "How often consumer-protocol members heartbeat (told to them in each response).", at_least(1)),
+    ConfigDef("group.consumer.assignors", "list", ["uniform", "range"],
+              "Server-side assignors of consumer groups; the first is the default (Kafka's class names work too).",
+              non_empty(one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                               "org.apache.kafka.coordinator.group.assignor.RangeAssignor"))),
     ConfigDef("offsets.retention.minutes", "int", 10080, "", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
     # Transactions (KIP-98)

@@ -104,6 +104,8 @@ class FileCleaner:
         # per object: one that cannot be deleted is logged once and backed off, the others go;
         # per error source ("get_files_to_delete", ...): a pass-wide failure is logged once per streak
         self.guard = TaskGuard("diskless-file-cleaner", metrics, log)
+        # claimed orphans whose deletion failed: the marked path deletes them, counted as orphans
+        self._claimed_pending: set[str] = set()
 
     async def _coord(self, fn: Callable, *args: object) -> object:  # type: ignore[type-arg]
         return await asyncio.get_running_loop().run_in_executor(self.coordinator_pool, fn, *args)
@@ -131,6 +133,7 @@ class FileCleaner:
         except Exception as err:  # noqa: BLE001 - keep the loop alive; retry next pass
             report.errors.append(f"get_files_to_delete: {err}")
             return
+        self._claimed_pending &= {f.object_key for f in files}  # type: ignore[attr-defined]
         due: list[str] = []
         for f in files:  # type: ignore[attr-defined]
             if now - f.marked_for_deletion_at_ms < self.grace_ms:
@@ -155,6 +158,10 @@ class FileCleaner:
                 return
         report.deleted.extend(due)
         self.metrics.inc("diskless.cleaner.deleted_objects", len(due))
+        orphans = self._claimed_pending.intersection(due)
+        if orphans:
+            self._claimed_pending -= orphans
+            self.metrics.inc("diskless.cleaner.orphans_deleted", len(orphans))
         self.on_deleted(due)
 
     async def _delete_orphans(self, report: CleanReport, now: int, dry_run: bool, *, orphans: bool = True,
@@ -212,6 +219,7 @@ class FileCleaner:
             report.errors.append(f"deleting {len(doomed)} orphan/unknown object(s): {err}")
             if unknown_objects:
                 report.unknown_objects.clear()  # not deleted after all
+            self._claimed_pending.update(found)
             return  # claimed orphans are files marked for deletion now: the marked path retries them
         if found:  # counted as they go, not after the bookkeeping: a reader that sees them gone sees the count
             self.metrics.inc("diskless.cleaner.orphans_deleted", len(found))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.background import TaskGuard
+from kcli.broker.background import ROUND, TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.diskless.appender import Appender, Committed
 from kcli.diskless.cleaner import FileCleaner
@@ -71,6 +71,10 @@ class DisklessEngine(BrokerExtension):
         self.retention_interval_ms = cfg.get_int("diskless.retention.check.interval.ms")
         # a partition whose retention fails is logged once and backed off; the others proceed
         self.retention_guard = TaskGuard("diskless-retention", broker.metrics, log)
+        # the offsets safety net retries within seconds: a broker that missed other brokers'
+        # offsets while the cluster store was down serves their records only once it has re-read
+        self.refresh_guard = TaskGuard("diskless-offsets-refresh", broker.metrics, log, max_s=5.0)
+        self._refresh_wanted: asyncio.Event | None = None
         self.metrics = broker.metrics
         self.storage: "ObjectStorage | None" = None
         self.coordinator: "BatchCoordinator | None" = None
@@ -79,6 +83,7 @@ class DisklessEngine(BrokerExtension):
         self.cleaner: FileCleaner | None = None
         self.log_cleaner = DisklessLogCleaner(self)
         self.replica_cache: Any = None  # kcli/diskless/replica_cache.py: local segments of this broker's replicas
+        self.tiering: Any = None  # kcli/diskless/tiering.py: WAL data moved to the remote tier (with remote storage)
         self.io_pool: ThreadPoolExecutor | None = None
         self.coordinator_pool: ThreadPoolExecutor | None = None
         self._tips: dict[tuple[uuid.UUID, int], "TopicIdPartition"] = {}
@@ -148,6 +153,10 @@ class DisklessEngine(BrokerExtension):
             from kcli.diskless.replica_cache import ReplicaCache
 
             self.replica_cache = ReplicaCache(self)
+        if b.config.get_bool("remote.log.storage.system.enable"):
+            from kcli.diskless.tiering import DisklessTiering
+
+            self.tiering = DisklessTiering(self)
         self.cleaner = FileCleaner(
             storage=storage, coordinator=coordinator, io_pool=self.io_pool,
             coordinator_pool=self.coordinator_pool, metrics=self.metrics, grace_ms=self.grace_ms,
@@ -158,7 +167,7 @@ class DisklessEngine(BrokerExtension):
             tip = info.topic_id_partition
             self._offsets[(tip.topic_id, tip.partition)] = [info.high_watermark, info.log_start_offset]
         log.info("diskless storage %s, coordinator %s", storage.describe(), type(coordinator).__name__)
-        self.broker.metadata.set_offsets_listener(self._offsets_published)
+        self.broker.metadata.set_offsets_listener(self._offsets_published, on_gap=self._offsets_gap)
         self._start_loops()
 
     def _check_identity(self, storage: "ObjectStorage", coordinator: "BatchCoordinator", logs: list[Any],
@@ -224,10 +233,14 @@ class DisklessEngine(BrokerExtension):
             self.cleaner.run_forever(self.cleaner_interval_ms, orphan_interval, active=self.broker.metadata.is_controller),
             name="diskless-file-cleaner"))
         self._loops.append(loop.create_task(self._retention_forever(), name="diskless-retention"))
+        self._refresh_wanted = asyncio.Event()
+        self._loops.append(loop.create_task(self._refresh_offsets_forever(), name="diskless-offsets-refresh"))
         if self.log_cleaner.enabled:
             self._loops.append(loop.create_task(self.log_cleaner.run_forever(), name="diskless-log-cleaner"))
         if self.replica_cache is not None:
             self.replica_cache.start(loop)
+        if self.tiering is not None:
+            self.tiering.start(loop)
 
     async def close(self) -> None:
         if self.coordinator is None:
@@ -240,6 +253,8 @@ class DisklessEngine(BrokerExtension):
         self._loops.clear()
         if self.replica_cache is not None:
             await self.replica_cache.close()
+        if self.tiering is not None:
+            await self.tiering.close()
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=30)
         for pool in (self.io_pool, self.coordinator_pool):
@@ -433,6 +448,8 @@ class DisklessEngine(BrokerExtension):
         self._forget(t.topic_id, parts)
         for p in parts:
             self.broker.notifier.notify(t.name, p)
+        if self.tiering is not None:  # their remote segments go too
+            self.tiering.partitions_deleted(t, parts)
         if self.coordinator is None:
             return None
         return self._background(self.coordinator_pool, self.coordinator.delete_partitions, t.topic_id, parts,
@@ -528,6 +545,10 @@ class DisklessEngine(BrokerExtension):
         assert self.coordinator is not None and self.reader is not None
         self.metrics.inc("diskless.fetch.partition.reads")  # every source: log end, local cache, object store
         o = self._offsets.get((t.topic_id, partition))
+        if o is not None and offset < o[1] and self.tiering is not None and self.tiering.remote_segments(t, partition):
+            # below the coordinator's log start: the remote tier (kcli/diskless/tiering.py)
+            return await self.tiering.read(t, partition, offset, max_bytes, min_one=min_one,
+                                           read_committed=read_committed)
         if o is not None and offset == o[0] and offset >= o[1] and not read_committed:
             # At the log end: nothing to look up. (A read_committed fetch always asks: an open
             # transaction may keep the last stable offset below the high watermark.)
@@ -572,9 +593,10 @@ class DisklessEngine(BrokerExtension):
                                   resp.last_stable_offset, resp.aborted_transactions)
 
     async def list_offset(self, t: "TopicState", partition: int, timestamp: int) -> tuple[int, int]:
-        """ListOffsets: -1 latest, -2 earliest, -4 earliest local (= earliest: nothing is
-        tiered), -5 latest tiered (none: -1), -3 max timestamp, else the first record whose
-        timestamp is at least ``timestamp`` (refined inside the batch, as Kafka does)."""
+        """ListOffsets: -1 latest, -2 earliest (the remote tier's start when it holds data), -4
+        earliest local (the coordinator's log start), -5 latest tiered (none: -1), -3 max
+        timestamp (of the WAL data), else the first record whose timestamp is at least
+        ``timestamp`` (refined inside the batch, as Kafka does; the remote tier first)."""
         from plugins.coordinator.base import ListOffsetsRequest
 
         self._ensure_open()
@@ -584,12 +606,18 @@ class DisklessEngine(BrokerExtension):
             raise LogError(ErrorCode.unknown_topic_or_partition, f"diskless partition {t.name}-{partition} is unknown")
         if timestamp == -1:
             return hwm, -1
-        if timestamp in (-2, -4):
+        if timestamp == -2:
+            return (self.tiering.log_start_offset(t, partition, lso) if self.tiering is not None else lso), -1
+        if timestamp == -4:
             return lso, -1
         if timestamp == -5:
-            return -1, -1
+            return (self.tiering.latest_tiered_offset(t, partition) if self.tiering is not None else -1), -1
         if timestamp < 0 and timestamp != -3:
             raise LogError(ErrorCode.invalid_request, f"unsupported ListOffsets timestamp {timestamp}")
+        if timestamp >= 0 and self.tiering is not None and self.tiering.remote_segments(t, partition):
+            found = await self.tiering.offset_for_timestamp(t, partition, timestamp)
+            if found is not None:
+                return found
         tip = self.tip(t, partition)
         resp = (await self._coord(self.coordinator.list_offsets, [ListOffsetsRequest(tip, timestamp)]))[0]
         if resp.errors != 0:
@@ -619,6 +647,15 @@ class DisklessEngine(BrokerExtension):
         return offset, batch_ts
 
     async def delete_records(self, t: "TopicState", partition: int, offset: int) -> int:
+        """DeleteRecords: the coordinator's log start moves; with remote segments, the tiering
+        deletes those below the new start too (kcli/diskless/tiering.py)."""
+        self._ensure_open()
+        if self.tiering is not None and self.tiering.remote_segments(t, partition):
+            return await self.tiering.delete_records(t, partition, offset)
+        return await self.coordinator_delete_records(t, partition, offset)
+
+    async def coordinator_delete_records(self, t: "TopicState", partition: int, offset: int) -> int:
+        """Move the coordinator's log start (its batches below go; emptied objects are collected)."""
         from plugins.coordinator.base import DeleteRecordsRequest
 
         self._ensure_open()
@@ -679,7 +716,26 @@ class DisklessEngine(BrokerExtension):
     async def _retention_round(self) -> None:
         if self.broker.metadata.is_controller():  # one broker of a cluster applies retention
             await self.enforce_retention()
-        await self._refresh_offsets()
+
+    def _offsets_gap(self) -> None:
+        """Offsets other brokers published may have been missed: re-read them now."""
+        if self._refresh_wanted is not None:
+            self._refresh_wanted.set()
+
+    async def _refresh_offsets_forever(self) -> None:
+        """The periodic re-read (every diskless.retention.check.interval.ms), at once after a gap;
+        a failed re-read is retried with a back-off capped at 5 s until it succeeds."""
+        assert self._refresh_wanted is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._refresh_wanted.wait(), self.retention_interval_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            self._refresh_wanted.clear()
+            await self.refresh_guard.round(self._refresh_offsets, "offsets refresh")
+            while self.refresh_guard.failing(ROUND):
+                await asyncio.sleep(self.refresh_guard.retry_in(ROUND))
+                await self.refresh_guard.round(self._refresh_offsets, "offsets refresh")
 
     async def _refresh_offsets(self) -> None:
         """Re-read offsets from the coordinator (only ever moving them forward): the in-memory
@@ -709,6 +765,8 @@ class DisklessEngine(BrokerExtension):
         for t in list(b.state.topics.values()):
             if not b.is_diskless(t):
                 continue
+            if self.tiering is not None and self.tiering.copies(t):
+                continue  # its WAL goes once in the remote tier, retention spans both (kcli/diskless/tiering.py)
             topics[t.topic_id] = t
             retention_ms = int(b.topic_config_value(t, "retention.ms"))
             retention_bytes = int(b.topic_config_value(t, "retention.bytes"))

@@ -44,11 +44,15 @@ def _state(value: Any) -> str:
 # --- records -------------------------------------------------------------------------------
 
 
+GROUP_TYPES = ("classic", "consumer")  # Kafka's group types: the classic protocol, KIP-848's
+
+
 @dataclass
 class GroupListing:
     group: str
     state: str
     protocol_type: str  # "consumer"; "" for a simple group (offsets only, no members ever joined)
+    type: str = "classic"  # the group protocol: "classic" or "consumer" (KIP-848)
 
 
 @dataclass
@@ -58,6 +62,8 @@ class MemberDescription:
     host: str
     group_instance_id: str | None
     assignment: list[dict[str, Any]]  # [{"topic": t, "partition": p}, ...]
+    member_epoch: int | None = None  # consumer groups: the member's epoch
+    target_assignment: list[dict[str, Any]] | None = None  # consumer groups: where reconciliation heads
 
 
 @dataclass
@@ -83,6 +89,9 @@ class GroupDescription:
     coordinator: int | None
     members: list[MemberDescription]
     offsets: list[PartitionOffsets]
+    type: str = "classic"  # the group protocol: "classic" or "consumer" (KIP-848)
+    group_epoch: int | None = None  # consumer groups (ConsumerGroupDescribe)
+    assignment_epoch: int | None = None  # consumer groups: the target assignment's epoch
 
     @property
     def lag_by_topic(self) -> dict[str, int]:
@@ -97,8 +106,9 @@ class GroupDescription:
     def to_dict(self) -> dict[str, Any]:
         lags = self.lag_by_topic
         return {
-            "group": self.group, "state": self.state, "protocol_type": self.protocol_type,
+            "group": self.group, "type": self.type, "state": self.state, "protocol_type": self.protocol_type,
             "protocol": self.protocol, "coordinator": self.coordinator,
+            "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
             "members": [vars(m) for m in self.members],
             "offsets": [vars(o) for o in self.offsets],
             "lag_by_topic": lags, "total_lag": sum(lags.values()),
@@ -285,10 +295,20 @@ def _expand(client: Admin, topics: list[tuple[str, list[int] | None]], timeout_s
 # --- operations ----------------------------------------------------------------------------
 
 
-def list_groups(conn: Connection, states: Sequence[str] = ()) -> list[GroupListing]:
-    """ListGroups on every broker, sorted by name; ``states`` filters (Kafka's --list --state)."""
+def _group_type(value: Any) -> str:
+    name = getattr(value, "name", str(value or "")).lower()
+    return name if name in GROUP_TYPES else "classic"
+
+
+def list_groups(conn: Connection, states: Sequence[str] = (), types: Sequence[str] = ()) -> list[GroupListing]:
+    """ListGroups on every broker, sorted by name; ``states`` filters (Kafka's --list --state),
+    ``types`` keeps groups of those protocols (Kafka's --list --type classic|consumer)."""
+    kinds = {t.strip().lower() for t in types if t.strip()}
+    bad = sorted(kinds - set(GROUP_TYPES))
+    if bad:
+        raise UsageError(f"--type: unknown group type {bad[0]!r}; use one of {', '.join(GROUP_TYPES)}")
     wanted = {s.strip().lower() for s in states if s.strip()}
-    known = {v.lower() for v in _STATES.values()}
+    known = {v.lower() for v in _STATES.values()} | {s.lower() for s in _CONSUMER_STATES}
     unknown = sorted(wanted - known)
     if unknown:
         raise UsageError(f"--state: unknown state {unknown[0]!r}; use one of {', '.join(sorted(_STATES.values()))}")
@@ -296,10 +316,20 @@ def list_groups(conn: Connection, states: Sequence[str] = ()) -> list[GroupListi
     result = client.wait(client.list_consumer_groups(request_timeout=conn.timeout_s), "list groups")
     if result.errors:
         raise KafkaApiError("COORDINATOR_NOT_AVAILABLE", f"list groups: {result.errors[0]}")
-    out = [GroupListing(g.group_id, _state(g.state), "" if g.is_simple_consumer_group else "consumer")
+    out = [GroupListing(g.group_id, _state(g.state), "" if g.is_simple_consumer_group else "consumer",
+                        _group_type(getattr(g, "type", None)))
            for g in result.valid]
+    if any(g.type == "consumer" and g.state == "Unknown" for g in out):
+        # librdkafka knows only the classic states: ask the coordinators for the consumer ones.
+        for g in out:
+            if g.type == "consumer" and g.state == "Unknown":
+                described = _consumer_group_describe(conn, g.group)
+                if described is not None:
+                    g.state = described.get("state", g.state)
     if wanted:
         out = [g for g in out if g.state.lower() in wanted]
+    if kinds:
+        out = [g for g in out if g.type in kinds]
     return sorted(out, key=lambda g: g.group)
 
 
@@ -340,9 +370,57 @@ def describe_groups(conn: Connection, groups: Sequence[str]) -> list[GroupDescri
         if state == "Dead" and committed:
             state = "Empty"  # offsets only: Kafka lists such a group as Empty
         coordinator = getattr(desc.coordinator, "id", None)
-        out.append(GroupDescription(g, state, "" if desc.is_simple_consumer_group and not desc.members else "consumer",
-                                    desc.partition_assignor or "", coordinator, members, rows))
+        d = GroupDescription(g, state, "" if desc.is_simple_consumer_group and not desc.members else "consumer",
+                             desc.partition_assignor or "", coordinator, members, rows,
+                             type=_group_type(getattr(desc, "type", None)))
+        if d.type == "consumer":
+            _add_consumer_details(conn, d)
+        out.append(d)
     return out
+
+
+# KIP-848 consumer group states (Kafka's ConsumerGroupState names); librdkafka reports the two
+# that classic groups lack as UNKNOWN, so kcli asks ConsumerGroupDescribe for them.
+_CONSUMER_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+
+
+def _consumer_group_describe(conn: Connection, group: str) -> dict[str, Any] | None:
+    """ConsumerGroupDescribe (KIP-848) from the group's coordinator: the epochs and member
+    epochs librdkafka's describe does not expose; None when the broker cannot answer it."""
+    from kcli.protocol.errors import error_name
+
+    try:
+        with _coordinator_client(conn, group) as wire:
+            resp = wire.request(69, 0, {"group_ids": [group], "include_authorized_operations": False})
+    except Exception:  # an older broker, or one kcli's client cannot reach: librdkafka's view stays
+        return None
+    found = resp.groups[0] if resp.groups else None
+    if found is None or found.error_code:
+        return {"error": error_name(int(found.error_code))} if found is not None else None
+
+    def parts(a: Any) -> list[dict[str, Any]]:
+        return [{"topic": tp.topic_name, "partition": int(p)} for tp in sorted(a.topic_partitions, key=lambda t: t.topic_name)
+                for p in sorted(tp.partitions)]
+
+    return {"state": found.group_state, "group_epoch": int(found.group_epoch),
+            "assignment_epoch": int(found.assignment_epoch), "assignor": found.assignor_name,
+            "members": {m.member_id: {"member_epoch": int(m.member_epoch), "assignment": parts(m.assignment),
+                                      "target_assignment": parts(m.target_assignment)} for m in found.members}}
+
+
+def _add_consumer_details(conn: Connection, d: GroupDescription) -> None:
+    described = _consumer_group_describe(conn, d.group)
+    if described is None or "error" in described:
+        return
+    d.state = described["state"] or d.state
+    d.group_epoch, d.assignment_epoch = described["group_epoch"], described["assignment_epoch"]
+    d.protocol = described["assignor"] or d.protocol
+    for m in d.members:
+        mine = described["members"].get(m.member_id)
+        if mine is not None:
+            m.member_epoch = mine["member_epoch"]
+            m.assignment = mine["assignment"]
+            m.target_assignment = mine["target_assignment"]
 
 
 def delete_groups(conn: Connection, groups: Sequence[str]) -> list[DeleteGroupResult]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from kcli.config.definitions import DISKLESS_SYSTEM_DISABLED, TOPIC_CONFIGS, ConfigError, format_value, normalise_topic_configs
+from kcli.config.definitions import (DISKLESS_SYSTEM_DISABLED, TIERED_SYSTEM_DISABLED, TOPIC_CONFIGS, ConfigError,
+                                    format_value, normalise_topic_configs)
 from kcli.errors import KcliError
 from kcli.ops.connection import Connection
 
@@ -186,14 +187,9 @@ def check_configs(model: ClusterModel, configs: dict[str, str | None], topic: To
     diskless = out.get("diskless.enable") == "true" if topic is None else topic.diskless
     if diskless and model.flag("diskless.system.enable") is False:  # creating or altering, as the broker
         raise WouldFail(INVALID_CONFIG, DISKLESS_SYSTEM_DISABLED)
-    if topic is None and diskless and out.get("remote.storage.enable") == "true":
-        raise WouldFail(INVALID_CONFIG, "a diskless topic cannot also set remote.storage.enable=true")
-    if out.get("remote.storage.enable") == "true":
-        if diskless:
-            raise WouldFail(INVALID_CONFIG, "remote.storage.enable cannot be set on a diskless topic")
-        if model.flag("remote.log.storage.system.enable") is False:
-            raise WouldFail(INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. "
-                                            "Topic cannot be configured with remote log storage.")
+    # a diskless topic may tier too, as the broker accepts it (docs/diskless-tiering.md)
+    if out.get("remote.storage.enable") == "true" and model.flag("remote.log.storage.system.enable") is False:
+        raise WouldFail(INVALID_CONFIG, TIERED_SYSTEM_DISABLED)
     old = topic.configs if topic is not None else {}
     policy = out.get("cleanup.policy", old.get("cleanup.policy") or model.broker.get("log.cleanup.policy") or "")
     if "compact" in (policy or "").split(",") and out.get("remote.storage.enable",

@@ -1,2 +1,3 @@
-"""Consumer groups: the classic group coordinator's state machine (coordinator) and the durable
-committed-offsets store it writes through (offsets), local or shared in PostgreSQL."""
+"""Consumer groups: the classic group coordinator's state machine (coordinator), KIP-848
+consumer groups (consumer_group) with their server-side assignors (assignors), and the durable
+committed-offsets store both write through (offsets), local or shared in PostgreSQL."""

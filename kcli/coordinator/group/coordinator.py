@@ -23,6 +23,11 @@ offsets from the store when it first serves the group (after a failover: the sto
 that moment), unloads it when the group moves away, and answers NOT_COORDINATOR for groups it
 does not coordinate. On one broker every group is coordinated here, as before.
 """
+# >>> TEMPORARY NOTE TO THE ENGINEERS WORKING RIGHT NOW (the lead removes this block; leave it) >>>
+# The house rules for your task are in /tmp/briefs/rules.md: read that file now and follow it
+# (no git commands at all; run only your own test files, never the whole suite; new tests < 60 s;
+# report by 05:05 UTC with CHANGELOG bullets; do not edit CHANGELOG.md or README.md).
+# <<< END OF TEMPORARY NOTE <<<
 
 from __future__ import annotations
 
@@ -38,6 +43,9 @@ from typing import Any, Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 
+from kcli.coordinator.group.assignors import TopicInfo
+from kcli.coordinator.group.consumer_group import (ConsumerGroup, ConsumerGroupManager, HeartbeatError, HeartbeatRequest,
+                                                   HeartbeatResult, TopicsView)
 from kcli.coordinator.group.offsets import (CommittedOffsetStore, OffsetAndMetadata, OffsetStore, OffsetStoreError,
                                              commit_record)
 from kcli.coordinator.placement import coordinator_node, offsets_partition
@@ -80,7 +88,11 @@ _DEFAULTS = {
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": OFFSET_METADATA_MAX_BYTES,
     "offsets.topic.num.partitions": 50,
+    "group.consumer.session.timeout.ms": 45000,
+    "group.consumer.heartbeat.interval.ms": 5000,
 }
+# Kafka's group.consumer.assignors default, by the short names kcli's assignors carry.
+DEFAULT_CONSUMER_ASSIGNORS = ["uniform", "range"]
 # How often a coordinator checks which of its loaded groups moved to another live broker (or
 # were taken over through the store) and unloads them.
 OWNERSHIP_CHECK_S = 0.5
@@ -371,6 +383,24 @@ class Group:
         return topics
 
 
+def _str16(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_consumer_subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0 (what classic tools read from DescribeGroups)."""
+    return struct.pack(">hi", 0, len(topics)) + b"".join(_str16(t) for t in topics) + struct.pack(">i", -1)
+
+
+def encode_consumer_assignment(assigned: dict[str, list[int]]) -> bytes:
+    """A ConsumerProtocolAssignment v0 of ``{topic: partitions}``."""
+    out = struct.pack(">hi", 0, len(assigned))
+    for topic, parts in sorted(assigned.items()):
+        out += _str16(topic) + struct.pack(f">i{len(parts)}i", len(parts), *parts)
+    return out + struct.pack(">i", -1)
+
+
 def parse_consumer_subscription(data: bytes) -> list[str] | None:
     """Topic names from a ConsumerProtocolSubscription (every version starts the same way)."""
     try:
@@ -437,6 +467,21 @@ class GroupCoordinator:
         self._cleanup_task: asyncio.Task[None] | None = None
         self._ownership_task: asyncio.Task[None] | None = None
         self._placement: tuple[frozenset[int], dict[int, int]] = (frozenset(), {})
+        # KIP-848 consumer groups (group.protocol=consumer), beside the classic ones: a group id
+        # has at most one non-empty kind (see consumer_group_heartbeat and _join).
+        self.consumer = ConsumerGroupManager(self._call_later, self._cfg, self._consumer_assignors)
+
+    def _consumer_assignors(self) -> list[str]:
+        """``group.consumer.assignors`` as short names (Kafka's class names are accepted)."""
+        config = getattr(self._config_get_int, "__self__", None)  # the BrokerConfig, when it is one
+        try:
+            value = config.get("group.consumer.assignors") if config is not None else None
+        except Exception:  # a config without the name
+            value = None
+        if not value:
+            return list(DEFAULT_CONSUMER_ASSIGNORS)
+        names = [value] if isinstance(value, str) else list(value)
+        return [n.strip().rsplit(".", 1)[-1].removesuffix("Assignor").lower() for n in names if n.strip()]
 
     def _cfg(self, name: str) -> int:
         try:
@@ -471,6 +516,7 @@ class GroupCoordinator:
                 pass
         for group in self.groups.values():
             self._unload(group)
+        self.consumer.close()
         await self.store.close()
 
     # -- which groups this broker coordinates (Kafka's partitionFor + the partition's leader)
@@ -503,7 +549,7 @@ class GroupCoordinator:
         if not group_id:
             return ErrorCode.none  # the operation answers INVALID_GROUP_ID
         if not self.owns(group_id):
-            if group_id in self._loaded or group_id in self.groups:
+            if group_id in self._loaded or group_id in self.groups or group_id in self.consumer.groups:
                 self._unload_group(group_id, f"it moved to node {self.coordinator_of(group_id)}")
             return ErrorCode.not_coordinator
         if group_id in self._loaded:
@@ -541,6 +587,9 @@ class GroupCoordinator:
     def _unload_group(self, group_id: str, why: str) -> None:
         """Stop coordinating ``group_id``: parked members get NOT_COORDINATOR and rediscover."""
         group = self.groups.pop(group_id, None)
+        if group_id in self.consumer.groups:
+            self.consumer.drop(group_id)  # its members get UNKNOWN_MEMBER_ID here, NOT_COORDINATOR first
+            log.info("group %s: consumer group no longer coordinated by node %d: %s", group_id, self.node_id, why)
         if group is not None:
             self._unload(group)
             log.info("group %s: no longer coordinated by node %d: %s", group_id, self.node_id, why)
@@ -551,10 +600,10 @@ class GroupCoordinator:
     async def check_ownership(self) -> None:
         """Unload groups that moved to another live broker or that another broker took over
         through the store, and loaded groups a request left without any state."""
-        for gid in sorted(self._loaded | set(self.groups)):
+        for gid in sorted(self._loaded | set(self.groups) | set(self.consumer.groups)):
             if not self.owns(gid):
                 self._unload_group(gid, f"it moved to node {self.coordinator_of(gid)}")
-            elif gid not in self.groups and time.monotonic() - self._loaded_at.get(gid, 0.0) >= EMPTY_GROUP_GRACE_S:
+            elif gid not in self.groups and gid not in self.consumer.groups and time.monotonic() - self._loaded_at.get(gid, 0.0) >= EMPTY_GROUP_GRACE_S:
                 self._unload_group(gid, "nothing is left of it")
         if self._loaded:
             lost = await self.store.lost_groups(sorted(self._loaded))
@@ -806,6 +855,14 @@ class GroupCoordinator:
                 <= self._cfg("group.max.session.timeout.ms")):
             fut.set_result(_join_error(req.member_id, ErrorCode.invalid_session_timeout))
             return
+        consumer_group = self.consumer.groups.get(req.group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty():
+                # kcli implements group.consumer.migration.policy=disabled: a classic member
+                # cannot join a consumer group that has members.
+                fut.set_result(_join_error(req.member_id, ErrorCode.inconsistent_group_protocol))
+                return
+            self.consumer.drop(req.group_id)  # an empty consumer group becomes a classic one
         unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
         if group is None:
@@ -1036,13 +1093,22 @@ class GroupCoordinator:
     # -- offsets
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
-                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], int]:
+                             offsets: dict[tuple[str, int], OffsetAndMetadata],
+                             api_version: int = 9) -> dict[tuple[str, int], int]:
         """Store ``offsets`` durably; returns an error code per partition (0 when stored)."""
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {tp: code for tp in offsets}
 
         if not self.active:
             return all_(ErrorCode.coordinator_not_available)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            # A consumer-protocol group: the member epoch is checked here (Kafka's
+            # ConsumerGroup.validateOffsetCommit); the classic checks below see a simple commit.
+            err = self.consumer.validate_offset_commit(consumer_group, member_id, generation_id, api_version)
+            if err != ErrorCode.none:
+                return all_(err)
+            generation_id, member_id, group_instance_id = -1, "", None
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1095,6 +1161,9 @@ class GroupCoordinator:
         """TxnOffsetCommit's membership check (0 when the commit may be kept)."""
         if not self.active:
             return ErrorCode.coordinator_not_available
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.validate_offset_commit(consumer_group, member_id, generation_id, 9, transactional=True)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
@@ -1119,11 +1188,18 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
-        """Committed offsets of ``partitions`` (None = every committed partition)."""
+        """Committed offsets of ``partitions`` (None = every committed partition); a consumer
+        group's member (OffsetFetch v9+) must name its current member epoch."""
         if not self.active:
             return ErrorCode.coordinator_not_available, {}
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            err = self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            if err != ErrorCode.none:
+                return err, {}
         group = self.groups.get(group_id)
         stored = self.store.group_offsets(group_id) if group is None or group.state != DEAD else {}
         if partitions is None:
@@ -1139,6 +1215,22 @@ class GroupCoordinator:
         if not self.active:
             return ErrorCode.coordinator_not_available, {}
         group = self.groups.get(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None and not consumer_group.is_empty():
+            subscribed_now = set(consumer_group.subscription_metadata)
+            out_cg: dict[tuple[str, int], int] = {}
+            doomed_cg: list[dict[str, Any]] = []
+            stored_cg = self.store.group_offsets(group_id)
+            for topic, partition in partitions:
+                if topic in subscribed_now:
+                    out_cg[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                    continue
+                out_cg[(topic, partition)] = ErrorCode.none
+                if (topic, partition) in stored_cg:
+                    doomed_cg.append({"type": "offset_delete", "group": group_id, "topic": topic, "partition": partition})
+            if doomed_cg:
+                self.store.append_behind(doomed_cg)
+            return ErrorCode.none, out_cg
         if group is None or group.state == DEAD:
             return ErrorCode.group_id_not_found, {}
         subscribed: set[str] | None = set()
@@ -1182,8 +1274,11 @@ class GroupCoordinator:
         """``(group_id, protocol_type, state)`` of every group, optionally filtered by state."""
         wanted = {s.lower() for s in states} if states else None
         out = []
+        for cg in self.consumer.groups.values():
+            if wanted is None or cg.state.lower() in wanted:
+                out.append((cg.group_id, "consumer", cg.state))
         for g in self.groups.values():
-            if g.state == DEAD:
+            if g.state == DEAD or g.group_id in self.consumer.groups:
                 continue
             if wanted is not None and g.state.lower() not in wanted:
                 continue
@@ -1198,11 +1293,19 @@ class GroupCoordinator:
         wanted = {s.lower() for s in states} if states else None
         if wanted is None or EMPTY.lower() in wanted:
             out += [(gid, pt or "", EMPTY) for gid, pt in sorted(stored.items())
-                    if gid not in self.groups and self.owns(gid)]
+                    if gid not in self.groups and gid not in self.consumer.groups and self.owns(gid)]
         return out
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups' view: member metadata/assignment only when Stable, as Kafka does."""
+    def group_type(self, group_id: str) -> str:
+        """Kafka's group type: ``consumer`` (KIP-848) or ``classic``."""
+        return "consumer" if group_id in self.consumer.groups else "classic"
+
+    def describe_group(self, group_id: str, topics: dict[str, TopicInfo] | None = None) -> dict[str, Any]:
+        """DescribeGroups' view: member metadata/assignment only when Stable, as Kafka does; a
+        consumer group as Kafka's ConsumerGroup.asDescribedGroup shows it to classic tools."""
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self._describe_consumer_group(consumer_group, topics or {})
         group = self.groups.get(group_id)
         if group is None:
             return {"group_id": group_id, "group_state": DEAD, "protocol_type": "", "protocol_data": "",
@@ -1219,6 +1322,46 @@ class GroupCoordinator:
         return {"group_id": group_id, "group_state": group.state,
                 "protocol_type": group.protocol_type or "",
                 "protocol_data": group.protocol_name if stable else "", "members": members}
+
+    def _describe_consumer_group(self, group: ConsumerGroup, topics: dict[str, TopicInfo]) -> dict[str, Any]:
+        names = {info.topic_id: info.name for info in topics.values()}
+        members = []
+        for m in group.members.values():
+            assigned = {names[tid]: sorted(ps) for tid, ps in m.assigned.items() if tid in names and ps}
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.instance_id,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "member_metadata": encode_consumer_subscription(sorted(m.subscribed_topic_names)),
+                "member_assignment": encode_consumer_assignment(assigned),
+            })
+        return {"group_id": group.group_id, "group_state": group.state, "protocol_type": "consumer",
+                "protocol_data": group.assignor_name or self.consumer.preferred_assignor(group), "members": members}
+
+    # -- KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe)
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics_view: TopicsView) -> HeartbeatResult:
+        """Join, heartbeat or leave a consumer group; raises HeartbeatError. A group id with a
+        non-empty classic group is not a consumer group (GROUP_ID_NOT_FOUND, as Kafka answers
+        with group.consumer.migration.policy=disabled); an empty one becomes a consumer group."""
+        if not req.group_id:
+            raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+        if not self.active:
+            raise HeartbeatError(ErrorCode.coordinator_not_available, "The coordinator is not available.")
+        classic = self.groups.get(req.group_id)
+        if classic is not None and req.group_id not in self.consumer.groups and (classic.members or classic.pending_members):
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group.")
+        result = self.consumer.heartbeat(req, topics_view)
+        if req.group_id in self.consumer.groups and self.store.protocol_types.get(req.group_id) != "consumer":
+            # So ListGroups still names the protocol type once the group is unloaded.
+            self.store.append_behind([{"type": "group", "group": req.group_id, "protocol_type": "consumer"}])
+        return result
+
+    def describe_consumer_group(self, group_id: str, topics: dict[str, TopicInfo]) -> tuple[int, dict[str, Any]]:
+        """ConsumerGroupDescribe: (error, DescribedGroup fields); GROUP_ID_NOT_FOUND for a
+        classic or unknown group, as Kafka answers (clients then ask DescribeGroups)."""
+        group = self.consumer.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        return ErrorCode.none, self.consumer.describe(group, topics)
 
     def describe(self, group_id: str) -> dict[str, Any]:
         """For kcli's tools: everything known about ``group_id`` (state Dead when unknown)."""
@@ -1247,6 +1390,15 @@ class GroupCoordinator:
             if not self.active:
                 out[gid] = ErrorCode.coordinator_not_available
                 continue
+            consumer_group = self.consumer.groups.get(gid)
+            if consumer_group is not None:
+                if not consumer_group.is_empty():
+                    out[gid] = ErrorCode.non_empty_group
+                    continue
+                self.consumer.drop(gid)
+                if gid not in self.groups:
+                    out[gid] = ErrorCode.none
+                    continue
             group = self.groups.get(gid)
             if group is None or group.state == DEAD:
                 out[gid] = ErrorCode.group_id_not_found
@@ -1293,7 +1445,17 @@ class GroupCoordinator:
         now = _now_ms() if now_ms is None else now_ms
         retention = self._cfg("offsets.retention.minutes") * 60_000
         removed = 0
+        for gid, consumer_group in list(self.consumer.groups.items()):
+            if consumer_group.is_empty() and not self.store.has_offsets(gid) and gid not in self.groups:
+                self.consumer.drop(gid)
         for group in list(self.groups.values()):
+            consumer_group = self.consumer.groups.get(group.group_id)
+            if consumer_group is not None and not consumer_group.is_empty():
+                # Its members are consuming: Kafka keeps their offsets, and retention counts
+                # from when the group becomes empty (this check's interval at most later).
+                group.state_timestamp_ms = now
+                group.protocol_type = group.protocol_type or "consumer"
+                continue
             offs = self.store.group_offsets(group.group_id)
             expired: list[tuple[str, int]] = []
             if group.protocol_type and group.state == EMPTY:
