@@ -19,6 +19,12 @@ Points (docs/reliability.md):
 - ``diskless.log.cleaner.uploaded``: the diskless log cleaner uploaded a compacted WAL object, before
   its replace_batches commit; ``diskless.log.cleaner.committed``: after that commit, before the old
   objects are deleted (in a worker thread; kcli/diskless/compaction.py);
+- ``tiered.copy.uploaded``: the RemoteStorageManager stored a segment's copy, before its
+  COPY_SEGMENT_FINISHED (kcli/tiered/manager.py; classic and diskless topics);
+  ``diskless.tiering.trim``: finished copies cover a diskless partition's WAL range past local
+  retention, before the coordinator's DeleteRecords (kcli/diskless/tiering.py);
+  ``diskless.delete.records``: inside the SQLite batch coordinator's DeleteRecords transaction,
+  before COMMIT (tests/test_diskless_tiering_faults.py);
 - ``objectstore.upload.<first key component>`` (``.wal``, ``.tiered``): halfway through an
   upload's bytes; passed by :class:`plugins.objectstore.faulty.FaultyObjectStorage` only.
 
@@ -39,7 +45,7 @@ import time
 from kcli.config.definitions import ConfigError
 
 POINTS = ("log.roll", "diskless.commit", "log.cleaner.cleaned", "log.cleaner.swap", "diskless.log.cleaner.uploaded",
-          "diskless.log.cleaner.committed")
+          "diskless.log.cleaner.committed", "tiered.copy.uploaded", "diskless.tiering.trim", "diskless.delete.records")
 PREFIXED_POINTS = ("objectstore.upload.",)
 _SETTING = re.compile(r"^(?P<point>[a-z0-9._-]+)\.pause\.ms$")
 

@@ -17,6 +17,19 @@ def pytest_configure(config: pytest.Config) -> None:
     wait in vain. Python's own handler is not inherited, so the processes started get the default."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not hasattr(config, "workerinput"):
+        _compile_sources()
+
+
+def _compile_sources() -> None:
+    """Write the bytecode of kcli's own packages once per run: the suite starts a few thousand
+    kcli processes (brokers, CLI commands), and under PYTHONDONTWRITEBYTECODE=1 each of them
+    would compile every module it imports from source again."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("kcli", "plugins", "spark_tasks"):
+        compileall.compile_dir(str(root / package), quiet=1, workers=1)
 
 
 @pytest.fixture

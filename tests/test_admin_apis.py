@@ -243,7 +243,7 @@ def test_offset_delete_with_kafka_python(broker_factory, kind: str) -> None:  # 
 # (api key, version, body): Kafka APIs kcli lacks, and versions below what kcli serves of one it has
 UNSERVED = [
     (48, 1, {"components": [], "strict": False}),                                    # DescribeClientQuotas
-    (2, 10, {"replica_id": -1, "isolation_level": 0, "timeout_ms": 1000, "topics": [  # ListOffsets v10 (kcli: 1-9)
+    (2, 11, {"replica_id": -1, "isolation_level": 0, "timeout_ms": 1000, "topics": [  # ListOffsets v11 (kcli: 1-10)
         {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}),
 ]
 

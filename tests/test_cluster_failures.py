@@ -358,10 +358,11 @@ def private_pg() -> Iterator[Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_postgresql_restart_mid_produce_is_retriable_and_loses_nothing(broker_factory, private_pg, tmp_path):
+def test_postgresql_restart_mid_produce_is_retriable_and_loses_nothing(private_pg, broker_factory, tmp_path):
     """The database goes away for a few seconds under running producers: they see only
     retriable errors (no failed delivery, no fatal error: the idempotent producers are not
-    fenced), nothing acknowledged is lost or doubled, and both brokers reconnect by themselves."""
+    fenced), nothing acknowledged is lost or doubled, and both brokers reconnect by themselves.
+    (``private_pg`` comes first: it is torn down after the brokers, which then stop at once.)"""
     url = private_pg.url(private_pg.create_database())
     store = (tmp_path / "objects").as_uri()
     b1 = start(broker_factory, url, 1, "a", store)

@@ -590,6 +590,8 @@ async def _add_partitions_to_txn(az: Authz, req: Any, call: Call) -> dict[str, A
     """WRITE on the transactional id (else 53 for every partition) and on each topic. Adding
     partitions is all or nothing: with any topic refused, nothing is added; the refused partitions
     get 29, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the rest OPERATION_NOT_ATTEMPTED."""
+    if az.version >= 4:  # KIP-890: brokers only; the handler checks ClusterAction (from_a_broker)
+        return await call(req)
     topics = tuple(req.v3_and_below_topics or ())
     if _txn_id_denied(az, req.v3_and_below_transactional_id):
         return _add_partitions_answer(topics, lambda _t, _p: TXN_DENIED)

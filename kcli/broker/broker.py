@@ -39,9 +39,6 @@ log = logging.getLogger("kcli.broker")
 CLASSIC_REPLICATION_REFUSED = (
     "kcli replicates classic partitions only in a cluster (--cluster): use replication factor 1 on a single broker, "
     "or a diskless topic (diskless.enable=true), whose data is in the object store and whose replicas are metadata-only")
-TIERED_REPLICATION_REFUSED = (
-    "kcli does not replicate tiered partitions yet (docs/replication.md): use replication factor 1 for a topic with "
-    "remote.storage.enable=true, a classic topic, or a diskless topic")
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -188,6 +185,7 @@ class Broker:
         self.notifier = AppendNotifier()
         self.flusher = FlushScheduler()
         self.groups: Any = None
+        self.share: Any = None  # kcli/coordinator/share/manager.py: KIP-932 share groups and partitions
         self.transactions: Any = None  # kcli/coordinator/transaction/coordinator.py
         self.diskless: Any = None
         self.tiered: Any = None
@@ -370,6 +368,11 @@ class Broker:
         self.groups = GroupCoordinator(self.data_dir, self.config.get_int, self.metadata.offset_store(self.data_dir),
                                        node_id=self.node_id, live_nodes=lambda: [b.node_id for b in self.live_brokers()])
         await self.groups.start()
+        from kcli.coordinator.share.manager import ShareCoordinator
+
+        self.share = ShareCoordinator(self)
+        self.groups.share = self.share
+        await self.share.start()
         from kcli.coordinator.transaction.coordinator import TransactionCoordinator
 
         self.transactions = TransactionCoordinator(self.metadata.transaction_store(self.data_dir), self)
@@ -403,6 +406,8 @@ class Broker:
         self.stopping = True
         self.notifier.wake_all()
         if self.groups is not None:
+            if self.share is not None:
+                await self.share.close()
             await self.groups.close()  # answers parked JoinGroup/SyncGroup at once
         if self.transactions is not None:
             await self.transactions.close()
@@ -589,8 +594,6 @@ class Broker:
         if replication_factor > 1 and not diskless:
             if self.metadata.single_broker:
                 raise BrokerError(ErrorCode.invalid_replication_factor, CLASSIC_REPLICATION_REFUSED)
-            if clean.get("remote.storage.enable") == "true":
-                raise BrokerError(ErrorCode.invalid_replication_factor, TIERED_REPLICATION_REFUSED)
         if validate_only:
             return None
         if diskless:
@@ -714,6 +717,8 @@ class Broker:
             hook.topic_deleted(t)
         if self.groups is not None:
             self.groups.delete_topic_offsets(t.name, t.topic_id)
+            if self.share is not None:
+                self.share.forget_topic(t.name)
         self.metrics.forget_label("topic", t.name)  # its per-topic series leave the metrics endpoint
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:

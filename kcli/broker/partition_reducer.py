@@ -310,6 +310,11 @@ class PartitionReducer(BrokerExtension):
             controller = b.is_diskless(t) and b.metadata.is_controller()
             due = [p.partition for p in self.pending(t) if p.delete_at_ms is not None and p.delete_at_ms <= now
                    and (controller or (not b.is_diskless(t) and b.hosts(p)))]
+            # a replicated partition: another replica deleted its part first and wrote mode None
+            # (which removes it from the metadata); this replica's log, and the remote segments
+            # its leader copied, still go
+            if not b.is_diskless(t):
+                due += sorted(idx for name, idx in list(b.logs) if name == t.name and idx not in t.partitions)
             if due:
                 done += await self.guard.step(t.topic_id, f"{t.name} partitions {due}",
                                               lambda t=t, due=due: self._delete_now(t, due)) or 0
@@ -337,7 +342,8 @@ class PartitionReducer(BrokerExtension):
                 return 0
             recs = [record("PartitionChangeRecord", topicId=t.topic_id, partitionId=p, mode=MODE_NONE)
                     for p in parts if p in current.partitions]
-            b.metadata.append(recs)
+            if recs:
+                b.metadata.append(recs)
             for p in parts:
                 b.notifier.notify(t.name, p)
             b.metrics.inc("partitions.deleted", len(recs))

@@ -42,6 +42,7 @@ COMMAND_MODULES = [
     "kcli.cli.replicas_cmd",
     "kcli.cli.clients",
     "kcli.cli.groups_cmd",
+    "kcli.cli.share_groups_cmd",
     "kcli.cli.broker_cmd",
     "kcli.cli.cluster_cmd",
     "kcli.cli.scram_users_cmd",

@@ -124,7 +124,10 @@ def describe(
     live bytes on object storage, the objects it is part of (count, total size) and the objects
     where all its batches were deleted but that are still stored. With --replicas, per partition
     also the ISR (replicas in sync with the batch coordinator) and each replica's local cache
-    range (docs/diskless.md, "Replicas and their local cache").
+    range (docs/diskless.md, "Replicas and their local cache"). Online, a topic with
+    remote.storage.enable=true also shows per partition the offset its data is tiered up to and
+    its remote segments: below the log start offset, reads come from the remote tier
+    (docs/diskless-tiering.md).
 
     Example: kcli diskless describe --topic orders
 
@@ -153,6 +156,11 @@ def describe(
                          "high_watermark": "", "batch_count": tot["batch_count"], "byte_size": tot["byte_size"]})
         columns = [("TOPIC", "topic"), ("PARTITION", "partition"), ("LOG-START-OFFSET", "log_start_offset"),
                    ("HIGH-WATERMARK", "high_watermark"), ("BATCHES", "batch_count"), ("BYTES", "byte_size")]
+        if any("highest_tiered_offset" in p for t in topics for p in t["partitions"]):  # online, with remote storage
+            for r in rows:
+                r.setdefault("highest_tiered_offset", "")
+                r.setdefault("remote_segments", "")
+            columns += [("TIERED-UP-TO", "highest_tiered_offset"), ("REMOTE-SEGMENTS", "remote_segments")]
         if any("isr" in p for t in topics for p in t["partitions"]):  # online: the broker knows the caches
             columns += [("ISR", "isr_text"), ("LOCAL-CACHE (BROKER:START-END)", "cache_text")]
         print_table(rows, columns)

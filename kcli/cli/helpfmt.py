@@ -19,6 +19,9 @@ argument with choices shows them in the usage line, ``{bash|zsh|fish}`` (Typer 0
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from typing import Any
 
 _LABELS = {"<int range>": "N", "<int>": "N", "<float range>": "X", "<float>": "X", "<str>": "TEXT",
@@ -103,8 +106,9 @@ def _options_table_class(table_class: type) -> type:
 
 
 def install() -> None:
-    """Make Typer's option class render values as above (idempotent)."""
-    import typer.rich_utils as rich_utils
+    """Make Typer's option class render values as above (idempotent). Typer's rich help module
+    (and rich with it, ~0.15 s of imports) loads only when help or an error is rendered: it is
+    patched as it loads, so a command that runs does not pay for it."""
     from typer.core import TyperArgument, TyperOption
 
     if getattr(TyperOption, "_kcli_help", False):
@@ -114,7 +118,18 @@ def install() -> None:
     TyperOption._get_number_range_help_str = _range  # type: ignore[method-assign]
     TyperArgument.display_name_raw = property(_argument_name)  # type: ignore[method-assign, assignment]
     TyperArgument._usage_display_name = _argument_usage  # type: ignore[method-assign]
-    rich_utils.Table = _options_table_class(rich_utils.Table)  # type: ignore[misc]
+    TyperOption._kcli_help = True  # type: ignore[attr-defined]
+    if RICH_UTILS in sys.modules:
+        _patch_rich_utils(sys.modules[RICH_UTILS])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+RICH_UTILS = "typer.rich_utils"
+
+
+def _patch_rich_utils(rich_utils: Any) -> None:
+    rich_utils.Table = _options_table_class(rich_utils.Table)
     console = rich_utils._get_rich_console
 
     def wide_enough_console(stderr: bool = False) -> Any:
@@ -123,5 +138,26 @@ def install() -> None:
             c.width = MIN_WIDTH
         return c
 
-    rich_utils._get_rich_console = wide_enough_console  # type: ignore[assignment]
-    TyperOption._kcli_help = True  # type: ignore[attr-defined]
+    rich_utils._get_rich_console = wide_enough_console
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when Typer's rich help module is imported, wraps its loader so the
+    module is patched right after it runs, then steps out of the import path."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != RICH_UTILS:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _patch_rich_utils(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

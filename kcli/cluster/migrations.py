@@ -92,6 +92,20 @@ STEPS: list[tuple[int, list[str]]] = [
         """CREATE INDEX IF NOT EXISTS transactions_open ON transactions (state)
                WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort', 'PrepareEpochFence')""",
     ]),
+    # KIP-932 share-partition state (Kafka's __share_group_state; kcli/coordinator/share/persister.py):
+    # a new table. Written by each share partition's leader, fenced by ``state_epoch``.
+    (5, [
+        """CREATE TABLE IF NOT EXISTS share_group_state (
+               group_id text NOT NULL,
+               topic text NOT NULL,
+               partition integer NOT NULL,
+               state_epoch integer NOT NULL,
+               start_offset bigint NOT NULL,
+               batches jsonb NOT NULL,
+               writer_node integer NOT NULL,
+               updated_at timestamptz NOT NULL DEFAULT now(),
+               PRIMARY KEY (group_id, topic, partition))""",
+    ]),
 ]
 LATEST = STEPS[-1][0]
 

@@ -336,6 +336,7 @@ class PostgresOffsetStore:
                          (rec.get("protocol_type") or None, rec["group"]))
         elif kind == "group_delete":
             conn.execute("DELETE FROM consumer_offsets WHERE group_id = %s", (rec["group"],))
+            conn.execute("DELETE FROM share_group_state WHERE group_id = %s", (rec["group"],))
             conn.execute("UPDATE consumer_groups SET protocol_type = NULL WHERE group_id = %s", (rec["group"],))
         elif kind == "topic_delete":
             if rec.get("topic_id"):  # once per deleted topic, whichever broker gets here first
@@ -345,6 +346,7 @@ class PostgresOffsetStore:
                 if first is None:
                     return
             conn.execute("DELETE FROM consumer_offsets WHERE topic = %s", (rec["topic"],))
+            conn.execute("DELETE FROM share_group_state WHERE topic = %s", (rec["topic"],))
         elif kind == "release":
             conn.execute("""DELETE FROM consumer_groups g WHERE g.group_id = %s AND g.claim = %s
                                 AND g.protocol_type IS NULL
@@ -353,6 +355,68 @@ class PostgresOffsetStore:
         else:
             log.warning("offsets in the cluster database: skipping unknown record type %r", kind)
 
+    # -- share-partition state (table share_group_state, migration step 5): written by each share
+    # partition's leader straight to the database (not under the group's claim: the group's
+    # coordinator and the partition's leader are often different brokers); a write carrying an
+    # older state epoch than the stored one is refused (the writer was replaced or reset).
+    async def share_state_read(self, group_id: str, topic: str, partition: int) -> dict[str, Any] | None:
+        rows = await self._share_query(
+            "SELECT topic, partition, state_epoch, start_offset, batches, group_id FROM share_group_state "
+            "WHERE group_id = %s AND topic = %s AND partition = %s", (group_id, topic, int(partition)))
+        return _share_row(rows[0]) if rows else None
+
+    async def share_state_write(self, group_id: str, topic: str, partition: int, state: dict[str, Any]) -> bool:
+        from psycopg.types.json import Jsonb
+
+        rows = await self._share_query(
+            """INSERT INTO share_group_state (group_id, topic, partition, state_epoch, start_offset, batches, writer_node)
+               VALUES (%s, %s, %s, %s, %s, %s, %s)
+               ON CONFLICT (group_id, topic, partition) DO UPDATE SET state_epoch = EXCLUDED.state_epoch,
+                   start_offset = EXCLUDED.start_offset, batches = EXCLUDED.batches,
+                   writer_node = EXCLUDED.writer_node, updated_at = now()
+               WHERE share_group_state.state_epoch <= EXCLUDED.state_epoch
+               RETURNING state_epoch""",
+            (group_id, topic, int(partition), int(state.get("state_epoch", 0)), int(state.get("start_offset", 0)),
+             Jsonb(state.get("batches", [])), self.node_id), write=True)
+        return bool(rows)
+
+    async def share_states(self, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, Any]]:
+        sql = "SELECT topic, partition, state_epoch, start_offset, batches, group_id FROM share_group_state"
+        rows = await self._share_query(sql + (" WHERE group_id = %s" if group_id is not None else ""),
+                                       (group_id,) if group_id is not None else ())
+        return {(str(r[5]), str(r[0]), int(r[1])): _share_row(r) for r in rows}
+
+    async def share_state_delete(self, group_id: str, topic: str | None = None) -> None:
+        if topic is None:
+            await self._share_query("DELETE FROM share_group_state WHERE group_id = %s", (group_id,), write=True)
+        else:
+            await self._share_query("DELETE FROM share_group_state WHERE group_id = %s AND topic = %s",
+                                    (group_id, topic), write=True)
+
+    async def _share_query(self, sql: str, args: tuple[Any, ...], *, write: bool = False) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
+            with self._conn() as conn:
+                cur = conn.execute(sql, args)
+                rows = cur.fetchall() if cur.description is not None else []
+                if write:
+                    conn.commit()
+                return rows
+
+        try:
+            rows = await asyncio.to_thread(run)
+        except DB_ERRORS as err:
+            raise self._unavailable(err) from None
+        except psycopg.Error as err:
+            raise OffsetStoreError(f"the cluster database refused the share state: {_reason(err)}",
+                                   ErrorCode.coordinator_not_available) from None
+        self._reachable()
+        return rows
+
     # -- state (the loaded groups only)
     def _apply(self, rec: dict[str, Any]) -> None:
         apply_offset_record(self.offsets, self.protocol_types, rec)
+
+
+def _share_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {"state_epoch": int(row[2]), "start_offset": int(row[3]),
+            "batches": [list(map(int, b)) for b in (row[4] or [])]}

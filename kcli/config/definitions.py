@@ -63,6 +63,16 @@ def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
     return check
 
 
+def _level(low: int, high: int) -> Validator:
+    """A feature level between ``low`` and ``high`` (kafka-features.sh's bounds)."""
+
+    def check(name: str, value: Any) -> None:
+        if not low <= value <= high:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: Value must be between {low} and {high}")
+
+    return check
+
+
 def parse_value(d: ConfigDef, raw: Any) -> Any:
     """Parse a string (or already-typed) value per ``d.type``; raise ConfigError naming ``d.name``."""
     name = d.name
@@ -199,6 +209,21 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
               "Share of a broker's preferred partitions it may not lead before a rebalance.", at_least(0), read_only=True),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, "Pause of a follower after a failed fetch.", at_least(0), read_only=True),
+    ConfigDef("replica.selector.class", "class", "",
+              "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector points consumers with client.rack at "
+              "a replica of their rack; empty (Kafka's null) or LeaderSelector: the leader serves every fetch.",
+              one_of("", "org.apache.kafka.common.replica.LeaderSelector",
+                     "org.apache.kafka.common.replica.RackAwareReplicaSelector"), read_only=True),
+    ConfigDef("leader.replication.throttled.rate", "long", 9223372036854775807,
+              "Bytes/s this broker sends, as leader, to the throttled followers of leader.replication.throttled.replicas.",
+              at_least(0)),
+    ConfigDef("follower.replication.throttled.rate", "long", 9223372036854775807,
+              "Bytes/s this broker fetches, as follower, for the replicas of follower.replication.throttled.replicas.",
+              at_least(0)),
+    ConfigDef("replication.quota.window.num", "int", 11, "Samples the replication throttle's rate is measured over.",
+              at_least(1), read_only=True),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1, "Length of one sample of the replication throttle.",
+              at_least(1), read_only=True),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
               "How often each replica's high watermark is written to its replication-offset-checkpoint.", at_least(1), read_only=True),
     ConfigDef("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
@@ -257,6 +282,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Server-side assignors of consumer groups; the first is the default (Kafka's class names work too).",
               non_empty(one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                                "org.apache.kafka.coordinator.group.assignor.RangeAssignor"))),
+    # KIP-932 share groups (kcli/coordinator/share/, docs/share-groups.md)
+    ConfigDef("group.share.session.timeout.ms", "int", 45000,
+              "A share-group member that sends no ShareGroupHeartbeat for this long is fenced and its records released.",
+              at_least(1)),
+    ConfigDef("group.share.heartbeat.interval.ms", "int", 5000,
+              "How often share-group members heartbeat (told to them in each response).", at_least(1)),
+    ConfigDef("group.share.record.lock.duration.ms", "int", 30000,
+              "How long a share consumer holds the records it acquired before they are available again.", at_least(1)),
+    ConfigDef("group.share.delivery.count.limit", "int", 5,
+              "Deliveries of a record after which a release or lock timeout archives it instead (a poison record).",
+              at_least(1)),
+    ConfigDef("group.share.partition.max.record.locks", "int", 2000,
+              "Most records of one share partition in flight (between its start offset and end offset).", at_least(1)),
+    ConfigDef("group.share.max.size", "int", 200, "Most members of one share group.", at_least(1)),
+    ConfigDef("group.share.max.share.sessions", "int", 2000,
+              "Most share sessions (one per member and broker) this broker keeps.", at_least(1)),
     ConfigDef("offsets.retention.minutes", "int", 10080, "", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, "", at_least(1)),
     # Transactions (KIP-98)
@@ -266,6 +307,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "How often transactions past their timeout are aborted.", at_least(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000,
               "How long an idle transactional id is kept after its last transaction.", at_least(1)),
+    ConfigDef("transaction.version", "int", 2,
+              "The finalized transaction.version feature level ApiVersions announces (KIP-890): 2 = transactions v2 "
+              "(an epoch bump per transaction, partitions added by the first Produce), as a new Kafka 4.0 cluster; "
+              "0 or 1 = transactions v1 only. Set it alike on every broker of a cluster.",
+              _level(0, 2), read_only=True),
     # KIP-405
     ConfigDef("remote.log.storage.system.enable", "boolean", False, "Enable tiered storage on this broker."),
     ConfigDef("remote.log.storage.manager.class.name", "string", "plugins.rsm.object_store.ObjectStoreRemoteStorageManager",

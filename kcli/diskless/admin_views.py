@@ -62,9 +62,26 @@ async def describe(engine: "DisklessEngine", topics: list[str] | None, *, replic
     logs = await engine._coord(coordinator.describe_logs, ids)
     storage = {s.topic_id: s for s in await engine._coord(coordinator.describe_topic_storage, ids)}
     out = describe_topics([(t.name, t.topic_id) for t in chosen], logs, storage)
-    for t, doc in zip(chosen, out) if replicas else ():
-        add_replica_caches(engine, t, doc)
+    for t, doc in zip(chosen, out):
+        add_tiered(engine, t, doc)
+        if replicas:
+            add_replica_caches(engine, t, doc)
     return {"topics": out}
+
+
+def add_tiered(engine: "DisklessEngine", t: Any, doc: dict[str, Any]) -> None:
+    """Per partition of a topic that moves its WAL data to the remote tier (or still has remote
+    segments): the tiered boundary from the remote log metadata (kcli/diskless/tiering.py) —
+    remote segments and bytes, the remote tier's start, and ``highest_tiered_offset`` (tiered up
+    to; -1: nothing yet). Below the coordinator's log start, reads come from the remote tier."""
+    tiering = engine.tiering
+    if tiering is None:
+        return
+    parts = doc["partitions"]
+    if not tiering.copies(t) and not any(tiering.remote_segments(t, p["partition"]) for p in parts):
+        return
+    for p in parts:
+        p.update(tiering.describe(t, p["partition"]))
 
 
 def add_replica_caches(engine: "DisklessEngine", t: Any, doc: dict[str, Any]) -> None:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from kcli import faults
 from kcli.broker.background import TaskGuard
 from kcli.diskless.reader import CorruptBatch, DisklessReadResult
 from kcli.storage.errors import LogError, OffsetOutOfRange
@@ -419,6 +420,7 @@ class DisklessTiering:
         finished = [s for s in rlm.metadata.segments(t.topic_id, partition) if s.start_offset < below]
         if not finished or not _covers(finished, coord_start, below):
             return
+        faults.pause("diskless.tiering.trim")  # crash tests only: copies FINISHED, WAL not yet trimmed
         low = await self.engine.coordinator_delete_records(t, partition, below)
         self.broker.metrics.inc("diskless.tiered.wal.trimmed.offsets", max(0, low - coord_start))
         log.info("diskless WAL of %s-%d trimmed below offset %d (in the remote tier, past local retention)",

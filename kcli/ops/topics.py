@@ -373,8 +373,9 @@ def describe_topics(conn: Connection, topics: Sequence[str] | None = None) -> li
              if p.leader is not None and p.leader.id >= 0 and p.leader.host]
     starts = list_offsets(client, every, OffsetSpec.earliest())
     ends = list_offsets(client, every, OffsetSpec.latest())
-    tiered = [(n, p) for n in names if topic_kind({k: e.value for k, e in configs.get(n, {}).items()}) == TopicKind.tiered
-              for p in described[n].partitions]
+    # tiered topics, diskless ones with remote storage too: below the local log start, the remote tier
+    tiered = [(n, p) for n in names if str((e := configs.get(n, {}).get(REMOTE_STORAGE_ENABLE)) and e.value).lower()
+              == "true" for p in described[n].partitions]
     local_starts = _local_log_starts(conn, tiered)
     result = []
     for name in names:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from kcli import faults
 from kcli.broker.background import TaskGuard
 from kcli.broker.extension import BrokerExtension
 from kcli.once import FirstTimes
@@ -103,6 +104,78 @@ def _now_ms() -> int:
 def leader_epoch_checkpoint(epoch: int, start_offset: int) -> bytes:
     """Kafka's leader-epoch-checkpoint file for a segment: version 0, one entry."""
     return f"0\n1\n{epoch} {start_offset}\n".encode()
+
+
+def leader_epoch_checkpoint_of(epochs: dict[int, int]) -> bytes:
+    """Kafka's leader-epoch-checkpoint file (version 0) with every epoch of a segment."""
+    lines = "".join(f"{e} {s}\n" for e, s in sorted(epochs.items()))
+    return f"0\n{len(epochs)}\n{lines}".encode()
+
+
+def segment_leader_epochs(entries: list[tuple[int, int]], start: int, end: int) -> dict[int, int]:
+    """The leader epochs of offsets ``start..end`` and the first offset of each there, from a
+    log's leader-epoch cache entries (epoch, start offset): Kafka's segmentLeaderEpochs, which a
+    new leader and a rebuilt follower use to match the remote tier to their own epochs."""
+    out: dict[int, int] = {}
+    for i, (epoch, first) in enumerate(entries):
+        nxt = entries[i + 1][1] if i + 1 < len(entries) else None
+        if first <= end and (nxt is None or nxt > start):
+            out[epoch] = max(first, start)
+    return out
+
+
+TRIM_SUFFIX = ".tiered-trim"
+
+
+def trim_segment(seg: "SegmentInfo", start: int) -> "SegmentInfo":
+    """A copy of ``seg`` from its first batch holding an offset >= ``start`` (worker thread), in
+    ``<segment>.tiered-trim/``, with empty indexes (remote reads then scan from the segment's
+    start). Batches are never split: a batch holding ``start`` is kept whole."""
+    from dataclasses import replace
+
+    out_dir = seg.log_path.with_name(seg.log_path.name + TRIM_SUFFIX)
+    _remove_trimmed_dir(out_dir)
+    out_dir.mkdir()
+    fd = os.open(seg.log_path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos + HEADER_SIZE <= size:
+            h = read_header(os.pread(fd, HEADER_SIZE, pos), 0)
+            if h.last_offset >= start:
+                break
+            pos += h.size
+        log_path = out_dir / seg.log_path.name
+        with open(log_path, "wb") as out:
+            left = size - pos
+            while left > 0:
+                chunk = os.pread(fd, min(left, 1 << 20), pos)
+                if not chunk:
+                    break
+                out.write(chunk)
+                pos += len(chunk)
+                left -= len(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+    finally:
+        os.close(fd)
+    index_path = out_dir / seg.index_path.name
+    timeindex_path = out_dir / seg.timeindex_path.name
+    index_path.write_bytes(b"")
+    timeindex_path.write_bytes(b"")
+    return replace(seg, base_offset=start, size=log_path.stat().st_size, log_path=log_path, index_path=index_path,
+                   timeindex_path=timeindex_path)
+
+
+def _remove_trimmed(seg: "SegmentInfo") -> None:
+    _remove_trimmed_dir(seg.log_path.parent)
+
+
+def _remove_trimmed_dir(path: "os.PathLike[str]") -> None:
+    import shutil
+
+    if str(path).endswith(TRIM_SUFFIX):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class RemoteLogManager(BrokerExtension):
@@ -284,6 +357,8 @@ class RemoteLogManager(BrokerExtension):
         for p in sorted(partitions):
             async with self._lock(topic.topic_id, p):
                 segs = self.metadata.segments(topic.topic_id, p, (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED))
+                if segs and not self.owns_partition(topic.topic_id, p, {s.broker_id for s in segs}):
+                    continue  # a follower: the leader deletes them (each replica deletes its own log)
                 if segs:
                     await self._delete_remote(segs)
 
@@ -334,9 +409,17 @@ class RemoteLogManager(BrokerExtension):
         await self.delete_guard.round(self._finish_pending_deletes, "remote delete round")
         copied = 0
         for t, p, lg in self._local_logs(self.copy_enabled):
+            if not self.leads(t, p):
+                continue  # KIP-405: only the leader copies; followers learn the segments from the RLMM
             copied += await self.copy_guard.step((t.topic_id, p), f"{t.name}-{p}",
                                                  lambda: self._copy_step(t, p, lg)) or 0
         return copied
+
+    def leads(self, t: "TopicState", partition: int) -> bool:
+        """Whether this broker leads the partition (copies it, expires its remote segments); a
+        follower of a replicated tiered partition only applies local retention to its own log."""
+        p = t.partitions.get(partition)
+        return p is not None and bool(self.broker.leads(p))
 
     async def _copy_step(self, t: "TopicState", partition: int, lg: "PartitionLog") -> int:
         async with self._lock(t.topic_id, partition):
@@ -379,26 +462,47 @@ class RemoteLogManager(BrokerExtension):
                 break  # disabled meanwhile (stopPartitions)
             if seg.next_offset - 1 <= tiered_upto or seg.size == 0 or seg.next_offset <= lg.log_start_offset:
                 continue
-            if not await self._copy_segment(current, partition, seg):
+            if not self.leads(current, partition):
+                break  # leadership moved meanwhile: the new leader goes on from the RLMM's highest offset
+            epochs = segment_leader_epochs(lg.epoch_entries(), max(seg.base_offset, tiered_upto + 1),
+                                           seg.next_offset - 1)
+            if seg.base_offset <= tiered_upto:
+                # A new leader's segments are cut where its own log rolled, not where the old
+                # leader's were: copy only the part past the highest tiered offset, so no offset
+                # is copied twice (the old leader's copies end at its own boundaries)
+                trimmed = await asyncio.to_thread(trim_segment, seg, tiered_upto + 1)
+                try:
+                    ok = await self._copy_segment(current, partition, trimmed, epochs=epochs)
+                finally:
+                    await asyncio.to_thread(_remove_trimmed, trimmed)
+            else:
+                ok = await self._copy_segment(current, partition, seg, epochs=epochs)
+            if not ok:
                 break  # keep segments in order: retry this one next round
             copied += 1
             tiered_upto = seg.next_offset - 1
         return copied
 
-    async def _copy_segment(self, t: "TopicState", partition: int, seg: "SegmentInfo") -> bool:
+    async def _copy_segment(self, t: "TopicState", partition: int, seg: "SegmentInfo", *,
+                            epochs: dict[int, int] | None = None) -> bool:
+        """Copy one segment; ``epochs``: its leader epochs and where each starts in it (from the
+        log's leader-epoch cache), else the partition's current epoch from its base offset."""
         assert self.rsm is not None
         pstate = t.partitions.get(partition)
         leader_epoch = pstate.leader_epoch if pstate is not None else 0
+        epochs = epochs or {leader_epoch: seg.base_offset}
+        leader_epoch = max(epochs)
         md = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate(t.topic_id, t.name, partition), seg.base_offset, seg.next_offset - 1,
             seg.max_timestamp, self.broker.node_id, _now_ms(), seg.size, S.COPY_SEGMENT_STARTED,
-            t.tiered_epoch, {leader_epoch: seg.base_offset})
+            t.tiered_epoch, dict(epochs))
         txnindex = seg.txnindex_path if seg.txnindex_path is not None and _nonempty(seg.txnindex_path) else None
         data = LogSegmentData(seg.log_path, seg.index_path, seg.timeindex_path,
-                              leader_epoch_checkpoint(leader_epoch, seg.base_offset), transaction_index=txnindex)
+                              leader_epoch_checkpoint_of(epochs), transaction_index=txnindex)
         self.metadata.add_copy_started(md)
         try:
             await self._rsm_call(self.rsm.copy_log_segment_data, md, data)
+            faults.pause("tiered.copy.uploaded")  # crash tests only (kcli/faults.py): stored, not FINISHED
         except Exception:  # any plugin failure: undo, and let the copy guard back this partition off
             try:
                 await self._delete_remote([md])
@@ -502,7 +606,13 @@ class RemoteLogManager(BrokerExtension):
                 self._local_retention(current, p, lg, now)
             else:
                 lg.delete_retention(now)
-            await self._remote_retention(current, p, lg, now)
+            if self.leads(current, p):
+                await self._remote_retention(current, p, lg, now)
+            elif (not self.copy_enabled(current) and not self.has_remote(current, p)
+                  and lg.log_start_offset < lg.local_log_start_offset):
+                # a follower once the remote tier is gone (KIP-950 delete, or expired): its log
+                # starts where its own data does, never below it in a tier that no longer exists
+                lg.set_log_start_offset(lg.local_log_start_offset)
 
     def _retention_limits(self, t: "TopicState", local: bool) -> tuple[int, int]:
         """(ms, bytes); local ones fall back to the totals when -2 (Kafka's rule)."""

@@ -1086,6 +1086,7 @@ class SqliteBatchCoordinator(BatchCoordinator):
                 self._delete_batches(db, log_id, key[0], target, now)
                 db.execute("UPDATE logs SET log_start_offset = ? WHERE log_id = ?", (target, log_id))
                 out.append(DeleteRecordsResponse(ErrorCode.none, target))
+            faults.pause("diskless.delete.records")  # crash tests only (kcli/faults.py): before COMMIT
         return out
 
     @_guarded

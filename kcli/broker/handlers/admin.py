@@ -296,7 +296,7 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, 
     return {"throttle_time": 0, "responses": out}
 
 
-@handler(22, "InitProducerId", 0, 4)
+@handler(22, "InitProducerId", 0, 5)
 async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     if req.transactional_id is not None:

@@ -25,12 +25,15 @@ def _partition_error(index: int, code: int) -> dict[str, Any]:
             "records": b""}  # empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1")
 
 
-def _preferred_replica(ctx: RequestContext, req: Any, t: Any, idx: int) -> int:
+def _preferred_replica(ctx: RequestContext, req: Any, t: Any, idx: int, fetch_offset: int = -1) -> int:
     """KIP-392 for diskless partitions: a consumer that sends its rack (client.rack, Fetch v11+)
     is pointed at a live broker of that rack, which serves the partition as well as any broker;
-    -1 when this broker is the one (or the rack has none)."""
+    -1 when this broker is the one (or the rack has none). A replicated classic partition's
+    leader asks ``replica.selector.class`` (kcli/broker/replica/read_replica.py)."""
     b = ctx.broker
     rack = getattr(req, "rack_id", None)
+    if rack and b.replicas is not None and not b.is_diskless(t) and replica_id_of(req) < 0:
+        return b.replicas.preferred_read_replica(t, idx, rack, fetch_offset)
     if not rack or rack == b.rack or b.diskless is None or not b.is_diskless(t):
         return -1
     preferred = b.diskless.leader_in_rack(t, rack, t.partitions[idx])
@@ -101,7 +104,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
             if t is None or idx not in t.partitions:
                 entry["partitions"].append(_partition_error(idx, ErrorCode.unknown_topic_id if (by_id and t is None) else ErrorCode.unknown_topic_or_partition))
                 continue
-            preferred = _preferred_replica(ctx, req, t, idx)
+            preferred = _preferred_replica(ctx, req, t, idx, int(fp.fetch_offset))
             if preferred >= 0:
                 redirected = True
                 hw, ls = b.partition_offsets(t, idx)
@@ -121,9 +124,14 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
                 entry["partitions"].append(answer)
                 continue
             try:
-                res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data,
-                                             **({"upper_bound": _lso(b, t, idx), "read_committed": True}
-                                                if read_committed else {}))
+                if b.replicas is not None and ctx.api_version >= 11 and b.replicas.serves_as_follower(t, idx):
+                    # KIP-392: a consumer (Fetch v11+) reads a follower up to its high watermark
+                    res = await b.replicas.read_as_follower(t, idx, fp, limit, min_one=first_data,
+                                                            read_committed=read_committed)
+                else:
+                    res = await b.read_partition(t, idx, int(fp.fetch_offset), limit, min_one=first_data,
+                                                 **({"upper_bound": _lso(b, t, idx), "read_committed": True}
+                                                    if read_committed else {}))
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:
@@ -150,7 +158,7 @@ async def _read_once(ctx: RequestContext, req: Any, by_id: bool) -> tuple[list[d
     return out, total, redirected
 
 
-@handler(1, "Fetch", 4, 15)
+@handler(1, "Fetch", 4, 17)
 async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     by_id = ctx.api_version >= 13

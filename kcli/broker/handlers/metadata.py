@@ -86,7 +86,7 @@ def diskless_partition_entry(ctx: RequestContext, t: Any, p: Any, live: set[int]
     }
 
 
-@handler(3, "Metadata", 0, 12)
+@handler(3, "Metadata", 0, 13)
 async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     producer_view = b.partition_reducer is not None and b.partition_reducer.producer_view(ctx, req)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+import asyncio
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kcli.broker.dispatch import RequestContext, handler
 
 LATEST = -1
 
 
-@handler(2, "ListOffsets", 1, 9)
+@handler(2, "ListOffsets", 1, 10)
 async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     b = ctx.broker
     topics = []
     read_committed = int(getattr(req, "isolation_level", 0)) == 1
+    timeout = getattr(req, "timeout", None)
+    timeout_s = timeout.total_seconds() if timeout is not None and timeout.total_seconds() > 0 else None
     for rt in req.topics:
         t = b.topic(rt.name)
         parts = []
@@ -25,12 +29,17 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             try:
-                offset, ts = await b.list_offset(t, idx, int(rp.timestamp))
+                # v10 (KIP-1075): a read of the remote tier waits at most timeout_ms
+                offset, ts = await asyncio.wait_for(b.list_offset(t, idx, int(rp.timestamp)), timeout_s)
                 if int(rp.timestamp) == LATEST and read_committed:  # Kafka: the latest offset it can see
                     if b.is_diskless(t):
                         offset = await b.diskless.last_stable_offset(t, idx)
                     elif (lg := b.logs.get((t.name, idx))) is not None:
                         offset = lg.last_stable_offset
+            except asyncio.TimeoutError:
+                parts.append({"partition_index": idx, "error_code": ErrorCode.request_timed_out, "timestamp": -1,
+                              "offset": -1, "leader_epoch": -1})
+                continue
             except Exception as err:
                 code = getattr(err, "code", None)
                 if code is None:

@@ -50,12 +50,72 @@ def _verify_transactional(b: Any, transactional_id: str, records: bytes, key: tu
     return int(b.transactions.verify_produce(transactional_id, h.producer_id, h.producer_epoch, key))
 
 
-@handler(0, "Produce", 3, 11)
+# What a Produce answers for the transaction coordinator's answer to an implicit add (Kafka's
+# AddPartitionsToTxnManager): the retriable ones become NOT_ENOUGH_REPLICAS, which every client retries.
+_IMPLICIT_ADD_ERRORS = {int(ErrorCode.producer_fenced): int(ErrorCode.invalid_producer_epoch),
+                        int(ErrorCode.concurrent_transactions): int(ErrorCode.not_enough_replicas),
+                        int(ErrorCode.coordinator_not_available): int(ErrorCode.not_enough_replicas),
+                        int(ErrorCode.not_coordinator): int(ErrorCode.not_enough_replicas),
+                        int(ErrorCode.coordinator_load_in_progress): int(ErrorCode.not_enough_replicas)}
+
+
+async def _add_partitions_implicitly(ctx: RequestContext, req: Any) -> dict[tuple[str, int], int]:
+    """Transactions v2 (KIP-890): a Produce v12 adds its partitions to the producer's transaction
+    at the coordinator (here, or an AddPartitionsToTxn v5 to the broker coordinating the id).
+    Awaits only when something is written, so appends keep their request order."""
+    from kcli.protocol.interbroker import InterBrokerError, request as inter_broker_request
+
+    b = ctx.broker
+    coord = b.transactions
+    wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    codes: dict[tuple[str, int], int] = {}
+    for td in req.topic_data:
+        t = b.topic(td.name)
+        for pd in td.partition_data:
+            if t is None or pd.index not in t.partitions:
+                continue
+            try:
+                h = read_header(pd.records or b"")
+            except InvalidBatchError:
+                continue  # the append answers CORRUPT_MESSAGE
+            wanted.setdefault((h.producer_id, h.producer_epoch), []).append((td.name, pd.index))
+    for (pid, epoch), tps in wanted.items():
+        if coord is None:
+            got = {tp: int(ErrorCode.coordinator_not_available) for tp in tps}
+        elif coord.coordinator_of(req.transactional_id) == b.node_id:
+            got = await coord.add_partitions_implicit(req.transactional_id, pid, epoch, tps)
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in tps:
+                by_topic.setdefault(topic, []).append(partition)
+            body = {"transactions": [{"transactional_id": req.transactional_id, "producer_id": pid,
+                                      "producer_epoch": epoch, "verify_only": False,
+                                      "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}]}
+            try:
+                resp = await inter_broker_request(b, coord.coordinator_of(req.transactional_id), 24, 5, body)
+                got = {(t.name, int(p.partition_index)): int(p.partition_error_code)
+                       for r in resp.results_by_transaction for t in r.topic_results for p in t.results_by_partition}
+                if int(resp.error_code):
+                    got = {tp: int(resp.error_code) for tp in tps}
+            except InterBrokerError:
+                got = {}
+            got = {tp: got.get(tp, int(ErrorCode.coordinator_not_available)) for tp in tps}
+        for tp, code in got.items():
+            if int(code):
+                codes[tp] = _IMPLICIT_ADD_ERRORS.get(int(code), int(code))
+    return codes
+
+
+@handler(0, "Produce", 3, 12)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     b = ctx.broker
     acks = int(req.acks)
-    now = now_ms()
     results: dict[tuple[str, int], dict[str, Any]] = {}
+    implicit: dict[tuple[str, int], int] = {}
+    if req.transactional_id is not None and ctx.api_version >= 12 and b.transactions is not None \
+            and b.config.get_int("transaction.version") >= 2:
+        implicit = await _add_partitions_implicitly(ctx, req)
+    now = now_ms()
     pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
     touched: set[Any] = set()
     appended: dict[tuple[str, int], bytes] = {}  # what each partition was sent, for the byte counters
@@ -71,6 +131,9 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 results[key] = _error(pd.index, ErrorCode.invalid_required_acks)
                 continue
             p = t.partitions.get(pd.index) if t is not None else None
+            if key in implicit:
+                results[key] = _error(pd.index, implicit[key])
+                continue
             if req.transactional_id is not None and t is not None and p is not None:
                 code = _verify_transactional(b, req.transactional_id, pd.records, key)
                 if code:

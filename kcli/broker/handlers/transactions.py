@@ -46,8 +46,45 @@ async def init_transactional_producer(ctx: RequestContext, req: Any) -> dict[str
             "producer_epoch": epoch}
 
 
-@handler(24, "AddPartitionsToTxn", 0, 3)
+def tv2_enabled(ctx: RequestContext) -> bool:
+    """Whether transactions v2 (KIP-890) is on: the finalized transaction.version is 2."""
+    from kcli.broker.features import transaction_version
+
+    return transaction_version(ctx.broker) >= 2
+
+
+async def add_partitions_v4(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """AddPartitionsToTxn v4+: a broker's batch of transactions (KIP-890), each either verified
+    (verify_only: is every partition already in the transaction?) or added (transactions v2's
+    implicit add for a Produce v12 that reached a partition leader here)."""
+    coord = _coordinator(ctx)
+    if not from_a_broker(ctx):  # v4+ is for brokers only (Kafka: CLUSTER_ACTION)
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
+    out = []
+    for txn in req.transactions:
+        wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+        pid, epoch = int(txn.producer_id), int(txn.producer_epoch)
+        if coord is None:
+            codes = {tp: int(ErrorCode.coordinator_not_available) for tp in wanted}
+        elif txn.verify_only:
+            routed = await coord.route(txn.transactional_id)
+            codes = {tp: routed for tp in wanted} if routed else coord.verify_partitions(
+                txn.transactional_id, pid, epoch, wanted)
+        else:
+            codes = await coord.add_partitions_implicit(txn.transactional_id, pid, epoch, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition) in wanted:
+            by_topic.setdefault(topic, []).append({"partition_index": partition,
+                                                   "partition_error_code": int(codes[(topic, partition)])})
+        out.append({"transactional_id": txn.transactional_id, "topic_results": [
+            {"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]})
+    return {"throttle_time": 0, "error_code": 0, "results_by_transaction": out}
+
+
+@handler(24, "AddPartitionsToTxn", 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if ctx.api_version >= 4:
+        return await add_partitions_v4(ctx, req)
     wanted = [(t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions]
     coord = _coordinator(ctx)
     if coord is None:
@@ -64,7 +101,7 @@ async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]
         {"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]}
 
 
-@handler(25, "AddOffsetsToTxn", 0, 3)
+@handler(25, "AddOffsetsToTxn", 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     if coord is None:
@@ -73,16 +110,24 @@ async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": _fenced_for(err, ctx.api_version, 2)}
 
 
-@handler(26, "EndTxn", 0, 4)
+@handler(26, "EndTxn", 0, 5)
 async def end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
     if coord is None:
-        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
+                "producer_epoch": -1}
+    if ctx.api_version >= 5:  # transactions v2: the epoch is bumped, the response says the next one
+        if not tv2_enabled(ctx):
+            return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "producer_id": -1,
+                    "producer_epoch": -1}
+        err, pid, epoch = await coord.end_txn_v2(req.transactional_id, int(req.producer_id),
+                                                 int(req.producer_epoch), bool(req.committed))
+        return {"throttle_time": 0, "error_code": int(err), "producer_id": pid, "producer_epoch": epoch}
     err = await coord.end_txn(req.transactional_id, int(req.producer_id), int(req.producer_epoch), bool(req.committed))
     return {"throttle_time": 0, "error_code": _fenced_for(err, ctx.api_version, 2)}
 
 
-@handler(28, "TxnOffsetCommit", 0, 3)
+@handler(28, "TxnOffsetCommit", 0, 5)
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """Sent to the group's coordinator, which checks the group and the membership; the offsets
     are kept with the transaction, at its coordinator — here, or passed on to the broker that
@@ -112,6 +157,10 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if not group_err and ctx.api_version >= 3:
             group_err = b.groups.check_txn_offset_commit(req.group_id, int(req.generation_id), req.member_id,
                                                          getattr(req, "group_instance_id", None))
+    if not group_err and wanted and ctx.api_version >= 5 and not passed_on:
+        # transactions v2: TxnOffsetCommit v5 adds the group to the transaction itself
+        group_err = int(await _add_offsets_implicitly(ctx, req)) if tv2_enabled(ctx) else \
+            int(ErrorCode.unsupported_version)
     if group_err:
         codes.update({tp: group_err for tp in wanted})
     elif wanted and not passed_on and coord.coordinator_of(req.transactional_id) != b.node_id:
@@ -125,6 +174,23 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         topics.setdefault(tp[0], []).append(
             {"partition_index": tp[1], "error_code": _fenced_for(codes[tp], ctx.api_version, 2)})
     return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+async def _add_offsets_implicitly(ctx: RequestContext, req: Any) -> int:
+    """AddOffsetsToTxn for a TxnOffsetCommit v5: at the transaction's coordinator, here or on
+    another broker (an AddOffsetsToTxn v3 from this one)."""
+    coord = _coordinator(ctx)
+    node = coord.coordinator_of(req.transactional_id)
+    if node == ctx.broker.node_id:
+        return int(await coord.add_offsets(req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+                                           req.group_id))
+    body = {"transactional_id": req.transactional_id, "producer_id": int(req.producer_id),
+            "producer_epoch": int(req.producer_epoch), "group_id": req.group_id}
+    try:
+        resp = await inter_broker_request(ctx.broker, node, 25, 3, body)
+    except InterBrokerError:
+        return int(ErrorCode.coordinator_not_available)
+    return int(resp.error_code)
 
 
 async def _pass_on(ctx: RequestContext, node: int, req: Any,

@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.replica.throttle import FOLLOWER, is_throttled
 from kcli.protocol import codec
 from kcli.protocol.interbroker import INTER_BROKER_CLIENT_ID, InterBrokerError, endpoint_of
 from kcli.storage.errors import LogError
@@ -31,6 +32,7 @@ REQUEST_TIMEOUT_S = 10.0
 FETCH_API, OFFSET_FOR_LEADER_EPOCH_API = 1, 23
 FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
 MAX_TRUNCATION_ROUNDS = 16
+THROTTLED_PAUSE_S = 0.05  # every partition held back by the follower throttle: wait before trying again
 
 
 def unsupported_listener(b: Any) -> str | None:
@@ -57,6 +59,8 @@ class Following:
     leader: int
     leader_epoch: int
     truncate_pending: bool = True  # a new leader epoch: match the leader's log before fetching
+    tier_checked: bool = False  # an empty log looked for a remote tier to start from (KIP-1023)
+    leader_high_watermark: int = -1  # the leader's, from its last answer (KIP-392: a consumer ahead of us)
     backoff_until: float = 0.0
 
     @property
@@ -262,16 +266,31 @@ class ReplicaFetcher:
         max_bytes = cfg.get_int("replica.fetch.max.bytes")
         topics: dict[str, list[dict[str, Any]]] = {}
         sent: dict[tuple[str, int], Following] = {}
+        throttled: set[tuple[str, int]] = set()
+        held_back = 0
         for f in ready:
             lg = self._current(f)
             if lg is None:
                 continue
+            if self._throttled(f):
+                if self.m.follower_quota.exceeded():
+                    held_back += 1  # follower.replication.throttled.rate reached: not in this fetch
+                    continue
+                throttled.add(f.key)
+            if lg.log_end_offset == lg.log_start_offset and not f.tier_checked:
+                f.tier_checked = True  # an empty replica (new, or its disk replaced): KIP-1023
+                if self._start_from_tier(f, lg, None):
+                    lg = self._current(f)
+                    if lg is None:
+                        continue
             sent[f.key] = f
             topics.setdefault(f.topic, []).append({
                 "partition": f.partition, "current_leader_epoch": f.leader_epoch, "fetch_offset": lg.log_end_offset,
                 "last_fetched_epoch": lg.latest_epoch, "log_start_offset": lg.log_start_offset,
                 "partition_max_bytes": max_bytes})
         if not sent:
+            if held_back:
+                await asyncio.sleep(THROTTLED_PAUSE_S)
             return
         assert self.conn is not None
         resp = await self.conn.request(FETCH_API, FETCH_VERSION, {
@@ -285,7 +304,15 @@ class ReplicaFetcher:
             for pd in rt.partitions:
                 f = sent.get((rt.topic, int(pd.partition_index)))
                 if f is not None:
+                    if f.key in throttled and pd.records:
+                        self.m.follower_quota.record(len(pd.records))
                     self._handle(f, pd)
+
+    def _throttled(self, f: Following) -> bool:
+        """This replica is outside the ISR and named by follower.replication.throttled.replicas."""
+        t = self.b.topic(f.topic)
+        p = t.partitions.get(f.partition) if t is not None else None
+        return p is not None and self.b.node_id not in p.isr and is_throttled(self.b, t, f.partition, FOLLOWER)
 
     def _handle(self, f: Following, pd: Any) -> None:
         lg = self._current(f)
@@ -306,10 +333,15 @@ class ReplicaFetcher:
             leader_start = int(pd.log_start_offset)
             if lg.log_start_offset < leader_start <= lg.log_end_offset:
                 lg.set_log_start_offset(leader_start)  # DeleteRecords or retention on the leader
+            f.leader_high_watermark = int(pd.high_watermark)
             hw = min(int(pd.high_watermark), lg.log_end_offset)
             if hw > lg.high_watermark:
                 lg.set_high_watermark(hw)
+                self.b.notifier.notify(f.topic, f.partition)  # consumers reading this follower (KIP-392)
             self.m.follower_progress(f, lg)
+        elif code == ErrorCode.offset_moved_to_tiered_storage:
+            if not self._start_from_tier(f, lg, int(pd.log_start_offset)):
+                f.backoff_until = time.monotonic() + 0.5  # the remote log metadata is not here yet
         elif code == ErrorCode.offset_out_of_range:
             leader_start = int(pd.log_start_offset)
             if lg.log_end_offset < leader_start:
@@ -323,3 +355,40 @@ class ReplicaFetcher:
             # not the leader (yet), an epoch the leader does not know (yet), a moved partition:
             # the metadata will tell this broker what to do; try again shortly
             f.backoff_until = time.monotonic() + 0.2
+
+    # ---- tiered partitions (KIP-405 follower side, KIP-1023) -------------------------------
+    def _start_from_tier(self, f: Following, lg: Any, leader_log_start: int | None) -> bool:
+        """Kafka's buildRemoteLogAuxState: a replica whose fetch offset is only in the remote tier
+        (the leader answered OFFSET_MOVED_TO_TIERED_STORAGE), or an empty one (KIP-1023: a new
+        replica does not copy what the tier holds), starts after the last tiered offset: the
+        log truncated fully and started at its end + 1, its log start the leader's, and the
+        leader epoch of that remote segment (from its segment leader epochs, the segment's
+        leader-epoch checkpoint) as its latest. kcli keeps no producer snapshot remotely: the
+        producer state is rebuilt from the records fetched from there on (docs/replication.md).
+        False when the shared remote log metadata has nothing past this log's end."""
+        rlm = getattr(self.b, "tiered", None)
+        t = self.b.topic(f.topic)
+        if rlm is None or t is None or not (self.b.is_tiered(t) or rlm.has_remote(t, f.partition)):
+            return False
+        rlm.metadata.refresh()  # what the leader copied (the shared RLMM)
+        segs = rlm.metadata.segments(t.topic_id, f.partition)
+        if not segs:
+            return False
+        last = max(segs, key=lambda s: s.end_offset)
+        if last.end_offset < lg.log_end_offset:
+            return False
+        start = min(s.start_offset for s in segs)
+        log_start = max(start, leader_log_start) if leader_log_start is not None and leader_log_start >= 0 else start
+        next_offset = last.end_offset + 1
+        log.info("[ReplicaFetcher broker=%d leader=%d] %s-%d: offsets below %d are in the remote tier; building the "
+                 "replica's state from remote segment %d-%d (leader epochs %s) and fetching from %d (log start %d)",
+                 self.b.node_id, self.leader_id, f.topic, f.partition, next_offset, last.start_offset,
+                 last.end_offset, dict(sorted(last.segment_leader_epochs.items())), next_offset, log_start)
+        lg.truncate_fully_and_start_at(next_offset)
+        if log_start < next_offset:
+            lg.set_log_start_offset(log_start)
+        if last.segment_leader_epochs:
+            lg.assign_epoch(max(last.segment_leader_epochs))
+        self.b.metrics.inc("replica.fetcher.built_from_remote_tier")
+        return True
+

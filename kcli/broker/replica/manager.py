@@ -18,7 +18,9 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.replica.controller import describe, election_records, is_replicated
 from kcli.broker.replica.fetcher import Following, ReplicaFetcher
+from kcli.broker.replica import read_replica
 from kcli.broker.replica.partition import LeaderPartition
+from kcli.broker.replica.throttle import FOLLOWER, LEADER, ReplicationQuota, is_throttled
 from kcli.broker.replica.controller import fence_incarnation
 from kcli.broker.replica.reassignment import controller_lost, controller_round
 from kcli.metadata.metadata_log import record
@@ -53,6 +55,10 @@ class ReplicaManager:
         self._last_hw_checkpoint = time.monotonic()
         self._live_at = 0.0
         self._live: set[int] = set()  # is_live's cache
+        # KIP-73 replication throttles (throttle.py): what this broker sends to / fetches for
+        # the throttled replicas outside the ISR
+        self.leader_quota = ReplicationQuota(broker, LEADER)
+        self.follower_quota = ReplicationQuota(broker, FOLLOWER)
         m = broker.metrics
         m.register_gauge("replica.under_replicated_partitions", self.under_replicated_count)
         m.register_gauge("replica.under_min_isr_partitions", self.under_min_isr_count)
@@ -185,7 +191,20 @@ class ReplicaManager:
             return {**base, "error_code": ErrorCode.not_leader_or_follower}
         lg = lp.log
         offset = int(fp.fetch_offset)
+        if lg.log_start_offset <= offset < lg.local_log_start_offset and self._tiered(t, idx):
+            # KIP-405: what the follower asks for is only in the remote tier; it builds its state
+            # from there and starts at the tier's end (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE)
+            return {**base, "error_code": ErrorCode.offset_moved_to_tiered_storage, "high_watermark": lg.high_watermark,
+                    "last_stable_offset": lg.high_watermark, "log_start_offset": lg.log_start_offset}
+        throttled = replica_id not in p.isr and is_throttled(self.b, t, idx, LEADER)
         try:
+            if throttled and self.leader_quota.exceeded():
+                # leader.replication.throttled.rate reached: nothing for this follower this time
+                # (its fetch state still counts), as Kafka's shouldLeaderThrottle
+                lp.follower_fetched(replica_id, offset)
+                self._after_fetch(lp, t, p, replica_id)
+                return {**base, "error_code": 0, "high_watermark": lg.high_watermark,
+                        "last_stable_offset": lg.last_stable_offset, "log_start_offset": lg.log_start_offset}
             res = lg.read(offset, max_bytes, min_one_batch=min_one, upper_bound=lg.log_end_offset)
         except BrokerError as err:
             return {**base, "error_code": err.code, "high_watermark": lg.high_watermark,
@@ -196,11 +215,33 @@ class ReplicaManager:
                 raise
             return {**base, "error_code": code, "high_watermark": lg.high_watermark,
                     "last_stable_offset": lg.high_watermark, "log_start_offset": lg.log_start_offset}
+        if throttled and res.records:
+            self.leader_quota.record(len(res.records))
         lp.follower_fetched(replica_id, offset)
+        state = lp.followers.get(replica_id)
+        if state is not None:
+            state.log_start_offset = int(getattr(fp, "log_start_offset", -1))
         self._after_fetch(lp, t, p, replica_id)
         return {**base, "error_code": 0, "high_watermark": lg.high_watermark,
                 "last_stable_offset": lg.last_stable_offset, "log_start_offset": lg.log_start_offset,
                 "records": bytes(res.records) if res.records else b""}
+
+    # ---- KIP-392: consumers fetching from followers (read_replica.py) ----------------------
+    def preferred_read_replica(self, t: Any, idx: int, rack: str, fetch_offset: int) -> int:
+        return read_replica.preferred_read_replica(self, t, idx, rack, fetch_offset)
+
+    def serves_as_follower(self, t: Any, idx: int) -> bool:
+        return read_replica.serves_as_follower(self, t, idx)
+
+    async def read_as_follower(self, t: Any, idx: int, fp: Any, max_bytes: int, *, min_one: bool,
+                               read_committed: bool) -> Any:
+        return await read_replica.read_as_follower(self, t, idx, fp, max_bytes, min_one=min_one,
+                                                   read_committed=read_committed)
+
+    def _tiered(self, t: Any, idx: int) -> bool:
+        """The partition has segments in the remote tier (KIP-405)."""
+        rlm = getattr(self.b, "tiered", None)
+        return rlm is not None and bool(rlm.has_remote(t, idx))
 
     def is_live(self, node: int) -> bool:
         """Whether ``node`` is a live broker (the store's view, cached for 100 ms)."""

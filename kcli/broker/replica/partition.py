@@ -21,6 +21,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
+    log_start_offset: int = -1  # from its fetches: a consumer it may serve (KIP-392) needs the offset there
 
 
 class LeaderPartition:

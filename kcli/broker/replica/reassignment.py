@@ -95,12 +95,6 @@ def _topic_for_reassignment(b: Any, topic: str, idx: int) -> tuple[Any, Any]:
     p = t.partitions.get(idx)
     if p is None or p.mode == ctl.MODE_NONE:
         raise BrokerError(ErrorCode.unknown_topic_or_partition, f"Unable to find partition {topic}:{idx}.")
-    if b.is_diskless(t):
-        raise BrokerError(ErrorCode.invalid_request, f"{topic} is a diskless topic: its replicas are metadata-only "
-                                                     "and are not moved by a reassignment")
-    if b.topic_kind(t) == "tiered":
-        raise BrokerError(ErrorCode.invalid_request, f"{topic} is a tiered topic: kcli does not replicate or move "
-                                                     "tiered partitions yet")
     return t, p
 
 
@@ -120,6 +114,9 @@ def alter_one(b: Any, topic: str, idx: int, target: list[int] | None) -> tuple[i
                 raise BrokerError(ErrorCode.invalid_replica_assignment, f"Unable to revert partition assignment for "
                                   f"{topic}:{idx} because it would require an unclean leader election.") from None
         _check_target(b, target)
+        if b.is_diskless(t):  # metadata only and immediate: the new replicas fill their caches
+            from kcli.diskless.reassign import change_record
+            return ErrorCode.none, None, change_record(t, p, list(target), _live(b))
         return ErrorCode.none, None, ctl.reassign(t.topic_id, p, list(target), _live(b))
 
     try:

@@ -470,6 +470,12 @@ class GroupCoordinator:
         # KIP-848 consumer groups (group.protocol=consumer), beside the classic ones: a group id
         # has at most one non-empty kind (see consumer_group_heartbeat and _join).
         self.consumer = ConsumerGroupManager(self._call_later, self._cfg, self._consumer_assignors)
+        # KIP-932 share groups: kcli/coordinator/share/manager.py's ShareCoordinator, set by the
+        # broker (its ``groups`` hold the share groups this broker coordinates).
+        self.share: Any = None
+
+    def _share_groups(self) -> dict[str, Any]:
+        return self.share.groups.groups if self.share is not None else {}
 
     def _consumer_assignors(self) -> list[str]:
         """``group.consumer.assignors`` as short names (Kafka's class names are accepted)."""
@@ -549,7 +555,8 @@ class GroupCoordinator:
         if not group_id:
             return ErrorCode.none  # the operation answers INVALID_GROUP_ID
         if not self.owns(group_id):
-            if group_id in self._loaded or group_id in self.groups or group_id in self.consumer.groups:
+            if group_id in self._loaded or group_id in self.groups or group_id in self.consumer.groups \
+                    or group_id in self._share_groups():
                 self._unload_group(group_id, f"it moved to node {self.coordinator_of(group_id)}")
             return ErrorCode.not_coordinator
         if group_id in self._loaded:
@@ -587,6 +594,8 @@ class GroupCoordinator:
     def _unload_group(self, group_id: str, why: str) -> None:
         """Stop coordinating ``group_id``: parked members get NOT_COORDINATOR and rediscover."""
         group = self.groups.pop(group_id, None)
+        if group_id in self._share_groups():
+            self.share.groups.drop(group_id)
         if group_id in self.consumer.groups:
             self.consumer.drop(group_id)  # its members get UNKNOWN_MEMBER_ID here, NOT_COORDINATOR first
             log.info("group %s: consumer group no longer coordinated by node %d: %s", group_id, self.node_id, why)
@@ -600,10 +609,12 @@ class GroupCoordinator:
     async def check_ownership(self) -> None:
         """Unload groups that moved to another live broker or that another broker took over
         through the store, and loaded groups a request left without any state."""
-        for gid in sorted(self._loaded | set(self.groups) | set(self.consumer.groups)):
+        share_groups = self._share_groups()
+        for gid in sorted(self._loaded | set(self.groups) | set(self.consumer.groups) | set(share_groups)):
             if not self.owns(gid):
                 self._unload_group(gid, f"it moved to node {self.coordinator_of(gid)}")
-            elif gid not in self.groups and gid not in self.consumer.groups and time.monotonic() - self._loaded_at.get(gid, 0.0) >= EMPTY_GROUP_GRACE_S:
+            elif gid not in self.groups and gid not in self.consumer.groups and gid not in share_groups \
+                    and time.monotonic() - self._loaded_at.get(gid, 0.0) >= EMPTY_GROUP_GRACE_S:
                 self._unload_group(gid, "nothing is left of it")
         if self._loaded:
             lost = await self.store.lost_groups(sorted(self._loaded))
@@ -854,6 +865,9 @@ class GroupCoordinator:
         if not (self._cfg("group.min.session.timeout.ms") <= req.session_timeout_ms
                 <= self._cfg("group.max.session.timeout.ms")):
             fut.set_result(_join_error(req.member_id, ErrorCode.invalid_session_timeout))
+            return
+        if self.group_type(req.group_id) == "share":  # a share group's id: Kafka refuses a classic join
+            fut.set_result(_join_error(req.member_id, ErrorCode.inconsistent_group_protocol))
             return
         consumer_group = self.consumer.groups.get(req.group_id)
         if consumer_group is not None:
@@ -1277,8 +1291,11 @@ class GroupCoordinator:
         for cg in self.consumer.groups.values():
             if wanted is None or cg.state.lower() in wanted:
                 out.append((cg.group_id, "consumer", cg.state))
+        for sg in self._share_groups().values():
+            if wanted is None or sg.state.lower() in wanted:
+                out.append((sg.group_id, "share", sg.state))
         for g in self.groups.values():
-            if g.state == DEAD or g.group_id in self.consumer.groups:
+            if g.state == DEAD or g.group_id in self.consumer.groups or g.group_id in self._share_groups():
                 continue
             if wanted is not None and g.state.lower() not in wanted:
                 continue
@@ -1293,11 +1310,18 @@ class GroupCoordinator:
         wanted = {s.lower() for s in states} if states else None
         if wanted is None or EMPTY.lower() in wanted:
             out += [(gid, pt or "", EMPTY) for gid, pt in sorted(stored.items())
-                    if gid not in self.groups and gid not in self.consumer.groups and self.owns(gid)]
+                    if gid not in self.groups and gid not in self.consumer.groups and gid not in self._share_groups()
+                    and self.owns(gid)]
         return out
 
     def group_type(self, group_id: str) -> str:
-        """Kafka's group type: ``consumer`` (KIP-848) or ``classic``."""
+        """Kafka's group type: ``consumer`` (KIP-848), ``share`` (KIP-932) or ``classic``."""
+        classic = self.groups.get(group_id)  # a stored share group comes back as an empty Group of type "share"
+        if group_id in self._share_groups() or (self.store.protocol_types.get(group_id) == "share"
+                                                and (classic is None or (classic.protocol_type == "share"
+                                                                         and not classic.members))
+                                                and group_id not in self.consumer.groups):
+            return "share"
         return "consumer" if group_id in self.consumer.groups else "classic"
 
     def describe_group(self, group_id: str, topics: dict[str, TopicInfo] | None = None) -> dict[str, Any]:
@@ -1306,6 +1330,8 @@ class GroupCoordinator:
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             return self._describe_consumer_group(consumer_group, topics or {})
+        if self.group_type(group_id) == "share":  # Kafka's DescribeGroups (v0-v5) on a share group: Dead
+            return {"group_id": group_id, "group_state": DEAD, "protocol_type": "", "protocol_data": "", "members": []}
         group = self.groups.get(group_id)
         if group is None:
             return {"group_id": group_id, "group_state": DEAD, "protocol_type": "", "protocol_data": "",
@@ -1349,6 +1375,8 @@ class GroupCoordinator:
         classic = self.groups.get(req.group_id)
         if classic is not None and req.group_id not in self.consumer.groups and (classic.members or classic.pending_members):
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group.")
+        if self.group_type(req.group_id) == "share":
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group.")
         result = self.consumer.heartbeat(req, topics_view)
         if req.group_id in self.consumer.groups and self.store.protocol_types.get(req.group_id) != "consumer":
             # So ListGroups still names the protocol type once the group is unloaded.
@@ -1389,6 +1417,9 @@ class GroupCoordinator:
         for gid in group_ids:
             if not self.active:
                 out[gid] = ErrorCode.coordinator_not_available
+                continue
+            if self.share is not None and self.group_type(gid) == "share":  # KIP-932: the group and its share state
+                out[gid] = await self.share.delete_group(gid)
                 continue
             consumer_group = self.consumer.groups.get(gid)
             if consumer_group is not None:
@@ -1449,6 +1480,8 @@ class GroupCoordinator:
             if consumer_group.is_empty() and not self.store.has_offsets(gid) and gid not in self.groups:
                 self.consumer.drop(gid)
         for group in list(self.groups.values()):
+            if group.protocol_type == "share" or group.group_id in self._share_groups():
+                continue  # KIP-932: a share group's state goes only with the group (DeleteGroups)
             consumer_group = self.consumer.groups.get(group.group_id)
             if consumer_group is not None and not consumer_group.is_empty():
                 # Its members are consuming: Kafka keeps their offsets, and retention counts

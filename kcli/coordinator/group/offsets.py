@@ -93,6 +93,19 @@ class CommittedOffsetStore(Protocol):
     async def lost_groups(self, group_ids: Iterable[str]) -> set[str]:
         """Of ``group_ids``, the loaded groups another broker has taken over since."""
 
+    # KIP-932 share-partition state (Kafka's __share_group_state), kcli/coordinator/share/persister.py
+    async def share_state_read(self, group_id: str, topic: str, partition: int) -> dict[str, Any] | None:
+        """The persisted state of a share partition, or None."""
+
+    async def share_state_write(self, group_id: str, topic: str, partition: int, state: dict[str, Any]) -> bool:
+        """Make ``state`` durable; False when a newer state epoch is stored (this writer is fenced)."""
+
+    async def share_states(self, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, Any]]:
+        """Every persisted share-partition state (of one group)."""
+
+    async def share_state_delete(self, group_id: str, topic: str | None = None) -> None:
+        """Forget a share group's state (of one topic)."""
+
 
 _encode = encode_line
 _decode = decode_line
@@ -112,6 +125,8 @@ class OffsetStore:
         self.compact_min_lines = compact_min_lines
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.protocol_types: dict[str, str] = {}
+        # KIP-932: (group, topic, partition) -> persisted share-partition state, in the same log
+        self.share: dict[tuple[str, str, int], dict[str, Any]] = {}
         self.lines = 0
         self.compactions = 0
         self._next_check = 0
@@ -197,7 +212,26 @@ class OffsetStore:
         return bool(self.offsets.get(group_id))
 
     def live_records(self) -> int:
-        return sum(len(v) for v in self.offsets.values()) + len(self.protocol_types)
+        return sum(len(v) for v in self.offsets.values()) + len(self.protocol_types) + len(self.share)
+
+    # -- share-partition state (records "share_state" / "share_state_delete" in the same log)
+    async def share_state_read(self, group_id: str, topic: str, partition: int) -> dict[str, Any] | None:
+        return self.share.get((group_id, topic, int(partition)))
+
+    async def share_state_write(self, group_id: str, topic: str, partition: int, state: dict[str, Any]) -> bool:
+        await self.append([{"type": "share_state", "group": group_id, "topic": topic, "partition": int(partition),
+                            "state": state}])
+        return True  # one broker: the only writer
+
+    async def share_states(self, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, Any]]:
+        return {k: v for k, v in self.share.items() if group_id is None or k[0] == group_id}
+
+    async def share_state_delete(self, group_id: str, topic: str | None = None) -> None:
+        if any(k[0] == group_id and (topic is None or k[1] == topic) for k in self.share):
+            rec: dict[str, Any] = {"type": "share_state_delete", "group": group_id}
+            if topic is not None:
+                rec["topic"] = topic
+            await self.append([rec])
 
     # -- writing
     async def append(self, records: list[dict[str, Any]]) -> None:
@@ -211,7 +245,8 @@ class OffsetStore:
         """Apply ``records`` now and write them without waiting (deletions, metadata)."""
         # Every group is in memory here: a topic deletion that drops nothing needs no line.
         records = [r for r in records if r.get("type") != "topic_delete"
-                   or any(tp[0] == r["topic"] for offs in self.offsets.values() for tp in offs)]
+                   or any(tp[0] == r["topic"] for offs in self.offsets.values() for tp in offs)
+                   or any(k[1] == r["topic"] for k in self.share)]
         if not records:
             return
         for rec in records:
@@ -301,6 +336,8 @@ class OffsetStore:
         for g, offs in self.offsets.items():
             for (t, p), om in offs.items():
                 out.append(commit_record(g, t, p, om))
+        for (g, t, p), state in self.share.items():
+            out.append({"type": "share_state", "group": g, "topic": t, "partition": p, "state": state})
         return out
 
     def _rewrite(self, records: list[dict[str, Any]]) -> None:
@@ -323,6 +360,8 @@ class OffsetStore:
 
     # -- state
     def _apply(self, rec: dict[str, Any]) -> None:
+        if apply_share_record(self.share, rec):
+            return
         if not apply_offset_record(self.offsets, self.protocol_types, rec):
             log.warning("offsets log %s: skipping unknown record type %r", self.path, rec.get("type"))
 
@@ -360,6 +399,26 @@ def apply_offset_record(offsets: dict[str, dict[tuple[str, int], OffsetAndMetada
     else:
         return False
     return True
+
+
+def apply_share_record(share: dict[tuple[str, str, int], dict[str, Any]], rec: dict[str, Any]) -> bool:
+    """Apply a record to the share-partition states: True when it was one of theirs (the deletion
+    of a group or a topic also drops its share states, and is then left to the offsets too)."""
+    kind = rec.get("type")
+    if kind == "share_state":
+        share[(rec["group"], rec["topic"], int(rec["partition"]))] = rec["state"]
+        return True
+    if kind == "share_state_delete":
+        for k in [k for k in share if k[0] == rec["group"] and (rec.get("topic") is None or k[1] == rec["topic"])]:
+            del share[k]
+        return True
+    if kind == "group_delete":
+        for k in [k for k in share if k[0] == rec["group"]]:
+            del share[k]
+    elif kind == "topic_delete":
+        for k in [k for k in share if k[1] == rec["topic"]]:
+            del share[k]
+    return False
 
 
 def commit_record(group: str, topic: str, partition: int, om: OffsetAndMetadata) -> dict[str, Any]:

@@ -314,7 +314,7 @@ class TransactionCoordinator:
         """The metadata with the transaction started (Ongoing) if it was not yet."""
         if md.state == ONGOING:
             return replace(md)
-        return replace(md, state=ONGOING, partitions=frozenset(), pending_offsets={}, start_ms=_now_ms())
+        return replace(md, state=ONGOING, partitions=frozenset(), pending_offsets={}, start_ms=_now_ms(), tv2=False)
 
     async def add_partitions(self, tid: str, pid: int, epoch: int,
                              partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -422,6 +422,103 @@ class TransactionCoordinator:
             if md.state == PREPARE_ABORT:
                 return ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state
             return ErrorCode.invalid_txn_state
+
+    async def end_txn_v2(self, tid: str, pid: int, epoch: int, commit: bool) -> tuple[int, int, int]:
+        """EndTxn v5 (KIP-890 transactions v2): (error, producer id, epoch the producer uses next).
+        Every transaction ends with an epoch bump: the markers carry the new epoch, which fences
+        the producer's late writes of the ended transaction; at the last epoch the next
+        transaction gets a new producer id. A retry of an EndTxn already applied (the ended
+        transaction's id and epoch) is answered as the first one was; an abort with nothing
+        open (a TV2 client cannot know whether its first Produce added a partition) bumps too."""
+        routed = await self.route(tid)
+        if routed:
+            return routed, -1, -1
+        async with self._lock(tid):
+            if not self.active:
+                return ErrorCode.coordinator_not_available, -1, -1
+            md = self.txns.get(tid)
+            if md is None:
+                return ErrorCode.invalid_producer_id_mapping, -1, -1
+            ended = PREPARE_COMMIT if commit else PREPARE_ABORT
+            done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+            if (pid, epoch) == (md.prev_producer_id, md.last_producer_epoch) and md.tv2 and (pid, epoch) != \
+                    (md.producer_id, md.producer_epoch) and md.state in (PREPARE_COMMIT, PREPARE_ABORT,
+                                                                         COMPLETE_COMMIT, COMPLETE_ABORT):
+                if md.state == done:  # a retry of the EndTxn that ended it
+                    return ErrorCode.none, md.producer_id, md.producer_epoch
+                if md.state == ended:
+                    return ErrorCode.concurrent_transactions, -1, -1
+                return ErrorCode.invalid_txn_state, -1, -1
+            if md.producer_id != pid:
+                return ErrorCode.invalid_producer_id_mapping, -1, -1
+            if md.producer_epoch != epoch:
+                return ErrorCode.producer_fenced, -1, -1
+            if md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return (ErrorCode.concurrent_transactions if md.state == ended else ErrorCode.invalid_txn_state), -1, -1
+            if md.state == ONGOING or (not commit and md.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)):
+                if md.state != ONGOING:
+                    md = replace(md, partitions=frozenset(), pending_offsets={}, start_ms=_now_ms())
+                new = replace(md, state=ended, producer_epoch=epoch + 1, last_producer_epoch=epoch,
+                              prev_producer_id=pid, tv2=True)
+                try:
+                    await self._persist(new)
+                    await self._complete(new)
+                    cur = self.txns.get(tid, new)
+                    if cur.state == done and cur.producer_epoch >= MAX_EPOCH:  # epochs exhausted: a new id
+                        cur = replace(cur, producer_id=self.broker.allocate_producer_id(), producer_epoch=0)
+                        await self._persist(cur)
+                except TransactionStateError as err:
+                    log.error("EndTxn %s: %s", tid, err)
+                    return state_error_code(err), -1, -1
+                return ErrorCode.none, cur.producer_id, cur.producer_epoch
+            return ErrorCode.invalid_txn_state, -1, -1
+
+    async def add_partitions_implicit(self, tid: str, pid: int, epoch: int,
+                                      partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """KIP-890 part 2: the first Produce v12 to a partition adds it to the producer's
+        transaction (beginning one when none is open), as the partition leader's
+        AddPartitionsToTxn v5 does in Kafka."""
+        routed = await self.route(tid)
+        if routed:
+            return {tp: routed for tp in partitions}
+        async with self._lock(tid):
+            md = self.txns.get(tid)
+            if not self.active:
+                return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+            if md is None or md.producer_id != pid:
+                return {tp: ErrorCode.invalid_producer_id_mapping for tp in partitions}
+            if epoch != md.producer_epoch:
+                return {tp: ErrorCode.producer_fenced if epoch < md.producer_epoch else ErrorCode.invalid_producer_epoch
+                        for tp in partitions}
+            if md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return {tp: ErrorCode.concurrent_transactions for tp in partitions}
+            if md.state in (PREPARE_EPOCH_FENCE, DEAD):
+                return {tp: ErrorCode.invalid_txn_state for tp in partitions}
+            bad = {tp: self._partition_error(tp) for tp in partitions}
+            if any(bad.values()):
+                return {tp: (code or ErrorCode.operation_not_attempted) for tp, code in bad.items()}
+            if md.state == ONGOING and set(partitions) <= md.partitions:
+                return {tp: ErrorCode.none for tp in partitions}
+            new = self._begin(md)
+            new.partitions = new.partitions | frozenset(partitions)
+            new.tv2 = True
+            try:
+                await self._persist(new)
+            except TransactionStateError as err_:
+                log.error("implicit AddPartitionsToTxn %s: %s", tid, err_)
+                return {tp: state_error_code(err_) for tp in partitions}
+            return {tp: ErrorCode.none for tp in partitions}
+
+    def verify_partitions(self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ with verify_only (KIP-890 part 1): is each partition already in
+        the producer's open transaction? (INVALID_TXN_STATE for one that is not)."""
+        md = self.txns.get(tid)
+        if md is None or md.producer_id != pid:
+            return {tp: ErrorCode.invalid_producer_id_mapping for tp in partitions}
+        if epoch != md.producer_epoch:
+            return {tp: ErrorCode.producer_fenced for tp in partitions}
+        return {tp: ErrorCode.none if md.state == ONGOING and tp in md.partitions else ErrorCode.invalid_txn_state
+                for tp in partitions}
 
     async def _fence_and_abort(self, md: TransactionMetadata, *, recoverable: bool) -> None:
         """Abort ``md``'s open transaction with a bumped epoch (Kafka's prepareFenceProducerEpoch):

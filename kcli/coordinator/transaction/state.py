@@ -53,6 +53,11 @@ class TransactionMetadata:
     pending_offsets: dict[str, dict[TopicPartition, PendingOffset]] = field(default_factory=dict)
     start_ms: int = -1
     update_ms: int = -1
+    # KIP-890 transactions v2: the open (or last) transaction was begun by a TV2 client, which
+    # gets an epoch bump at each EndTxn; prev_producer_id with last_producer_epoch is what the
+    # ended transaction used, so a retried EndTxn v5 is recognised.
+    tv2: bool = False
+    prev_producer_id: int = -1
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -63,6 +68,7 @@ class TransactionMetadata:
             "pending_offsets": {g: [[t, p, *v] for (t, p), v in sorted(offs.items())]
                                 for g, offs in self.pending_offsets.items()},
             "start_ms": self.start_ms, "update_ms": self.update_ms,
+            "tv2": self.tv2, "prev_producer_id": self.prev_producer_id,
         }
 
     @classmethod
@@ -78,6 +84,7 @@ class TransactionMetadata:
             pending_offsets={g: {(t, int(p)): (int(o), int(e), str(m)) for t, p, o, e, m in offs}
                              for g, offs in rec.get("pending_offsets", {}).items()},
             start_ms=int(rec.get("start_ms", -1)), update_ms=int(rec.get("update_ms", -1)),
+            tv2=bool(rec.get("tv2", False)), prev_producer_id=int(rec.get("prev_producer_id", -1)),
         )
 
 
