@@ -29,7 +29,9 @@ Points (docs/reliability.md):
   upload's bytes; passed by :class:`plugins.objectstore.faulty.FaultyObjectStorage` only.
 
 ``kcli.fault.switch.file=PATH`` arms the points only while PATH exists, so a test can let the
-broker run at full speed (recovery, checks) and arm the windows just before it kills.
+broker run at full speed (recovery, checks) and arm the windows just before it kills; a PATH
+holding point names (whitespace-separated) arms only those, so one broker configured with several
+points can be killed in each window in turn without a restart.
 
 The settings are process-wide (set when a Broker is built): a test runs one faulted broker per
 process, in a child process.
@@ -37,7 +39,6 @@ process, in a child process.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -83,11 +84,21 @@ def configure(settings: dict[str, str]) -> None:
 def pause(point: str) -> None:
     """Announce and sleep when ``point`` is configured; otherwise return at once."""
     ms = _pauses.get(point)
-    if ms and (not _switch or os.path.exists(_switch[0])):
+    if ms and (not _switch or _armed(point)):
         until = time.time() + ms / 1000  # a reader that notices the line late still knows the window
         sys.stderr.write(f"kcli fault point {point}: pausing {ms} ms until {until:.3f}\n")
         sys.stderr.flush()
         time.sleep(ms / 1000)
+
+
+def _armed(point: str) -> bool:
+    """The switch file exists and is empty or names ``point``."""
+    try:
+        with open(_switch[0]) as f:
+            names = f.read().split()
+    except OSError:
+        return False
+    return not names or point in names
 
 
 def is_set(point: str) -> bool:

@@ -4,6 +4,7 @@ tests/test_replication.py and tests/test_replication_faults.py (real kcli broker
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -99,3 +100,60 @@ def produce_once(bootstrap: str, topic: str, partition: int, timeout: float = 15
     p.produce(topic, b"probe", partition=partition, on_delivery=lambda err, msg: out.append(err))
     p.flush(timeout + 5)
     return out[0] if out else KafkaError(KafkaError._MSG_TIMED_OUT)
+
+
+# ---- one three-broker cluster for the KIP-392, throttle and tiered-replica modules -------------
+# tests/test_follower_fetching.py, tests/test_replication_throttle.py and
+# tests/test_replication_tiered.py share it when run together (one start instead of three; the
+# tiered module, which kills and wipes broker 1, runs last by name): rack-aware replica selection,
+# a 2-second replication quota window, tiered storage over one shared object store, partition
+# deletion, and a Prometheus endpoint on every broker.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+FEATURE_CONFIGS = {
+    **CONFIGS, "auto.leader.rebalance.enable": "false", "group.initial.rebalance.delay.ms": "0",
+    "replica.selector.class": RACK_AWARE_SELECTOR,
+    "replica.fetch.max.bytes": "65536", "replication.quota.window.num": "2", "replication.quota.window.size.seconds": "1",
+    "remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "200",
+    "delete.topic.partition.enable": "true", "delete.topic.partition.interval.delay.ms": "200",
+}
+
+
+class FeatureCluster(Cluster):
+    def make(self, node: int) -> BrokerProcess:
+        return BrokerProcess(self.root / f"node{node}", FEATURE_CONFIGS,
+                             ["--cluster", self.url, "--node-id", str(node), "--rack", "abc"[node - 1],
+                              "--object-store", (self.root / "objects").as_uri(), "--metrics-listen", "127.0.0.1:0"])
+
+
+_FEATURE_CLUSTER: list[FeatureCluster] = []  # the session's one (each importing module has its own fixture def)
+
+
+@pytest.fixture(scope="session")
+def feature_cluster(request, tmp_path_factory) -> Iterator[FeatureCluster]:
+    if _FEATURE_CLUSTER:
+        yield _FEATURE_CLUSTER[0]
+        return
+    pg = request.getfixturevalue("pg_server")  # only for the first module: one server, not one per module
+    c = FeatureCluster(pg.url(pg.create_database()), tmp_path_factory.mktemp("features"))
+    c.start(1)
+    wait_for(lambda: controller_of(c.brokers[1].bootstrap) == 1, 15, "broker 1 to be the controller")
+    c.start(2)
+    c.start(3)
+    c.wait_live({1, 2, 3})
+    time.sleep(1)  # registrations settle
+    c.wait_live({1, 2, 3})
+    _FEATURE_CLUSTER.append(c)
+    try:
+        yield c
+    finally:
+        _FEATURE_CLUSTER.clear()
+        for b in c.brokers.values():
+            b.stop()
+
+
+def metrics_url(b: BrokerProcess) -> str:
+    """The broker's Prometheus endpoint (the latest start's: a restart listens on a new port)."""
+    found = re.findall(r"metrics (http://\S+/metrics)", b.log_text())
+    assert found, "no metrics line in the broker's log"
+    return found[-1]

@@ -11,7 +11,11 @@ named pause point (kcli/faults.py), then restarted:
 
 After each, every acknowledged record is read exactly once, in order, from offset 0 (remote tier,
 then WAL: tests/history.py checks), and the remote segments stay disjoint and contiguous (nothing
-copied twice, no gap). One broker process serves the module; each test restarts it with its point.
+copied twice, no gap). One broker process, configured with every point, serves the module; the
+switch file names the one point each test arms (kcli/faults.py).
+
+A replica whose download fails (the store cannot return an object) stays out of the ISR, never
+serves what it could not verify, and retries; the other partitions go on.
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from tests.kafka_helpers import create_topic
 from tests.test_diskless_tiering import BROKER, TOPIC, S, assert_contiguous, list_offset, segments
 
 PAUSE_MS = "30000"
+POINTS = ("tiered.copy.uploaded", "diskless.tiering.trim", "diskless.delete.records")
 
 
 @pytest.fixture(scope="module")
 def fbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("tiering-faults")
-    b = BrokerProcess(root / "data", {**BROKER, "kcli.fault.switch.file": str(root / "arm")}).start()
+    b = BrokerProcess(root / "data", {**BROKER, "remote.log.manager.task.interval.ms": "100",
+                                      **{f"kcli.fault.{p}.pause.ms": PAUSE_MS for p in POINTS},
+                                      "kcli.fault.switch.file": str(root / "arm")}).start()
     b.switch = root / "arm"  # type: ignore[attr-defined]
     try:
         yield b
@@ -50,19 +57,11 @@ def fbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         b.stop()
 
 
-def _with_point(b: BrokerProcess, point: str) -> None:
-    """Restart ``b`` with only ``point`` configured (armed later by the switch file)."""
-    for k in [k for k in b.configs if k.endswith(".pause.ms")]:
-        del b.configs[k]
-    b.configs[f"kcli.fault.{point}.pause.ms"] = PAUSE_MS
-    b.restart()
-
-
 def _produce(history: History, bootstrap: str, topic: str, name: str, start: int, count: int,
              strict: bool = True) -> None:
     """``count`` records, each acknowledgement (or failure, when not ``strict``) recorded in ``history``."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2, "batch.size": 4000,
-                  "message.timeout.ms": 30000 if strict else 3000})
+                  "message.timeout.ms": 30000 if strict else 1000})
 
     def report(seq: int, value: bytes):  # noqa: ANN202
         def done(err, msg) -> None:  # noqa: ANN001
@@ -99,7 +98,7 @@ def _kill_inside(b: BrokerProcess, point: str, history: History, topic: str) -> 
     """Arm the point, produce until the broker is inside it, SIGKILL it there."""
     line = f"kcli fault point {point}: pausing"
     seen = b.log_text().count(line)
-    b.switch.touch()  # type: ignore[attr-defined]
+    b.switch.write_text(point)  # type: ignore[attr-defined] - only this window's point
     # a point may hold the event loop: what the kill leaves unacknowledged is a failure (read or not)
     producer = threading.Thread(target=_produce, args=(history, b.bootstrap, topic, "mid", 0, 300, False))
     producer.start()
@@ -120,7 +119,7 @@ def _check_once(b: BrokerProcess, history: History, topic: str) -> None:
 def _run_to_end(b: BrokerProcess, history: History, topic: str) -> None:
     """After the restart: more records, the move resumes, and everything is read once."""
     b.start()
-    _produce(history, b.bootstrap, topic, "after", 0, 300)
+    _produce(history, b.bootstrap, topic, "after", 0, 200)
     _check_once(b, history, topic)
     end = list_offset(b.bootstrap, topic, -1)  # the active staging segment (~70 records) is never copied
     wait_until(lambda: (s := segments(b.data_dir, topic)) and s[-1].end_offset >= end - 150, timeout=20,
@@ -132,14 +131,12 @@ def _run_to_end(b: BrokerProcess, history: History, topic: str) -> None:
 
 def _prefill(b: BrokerProcess, history: History, topic: str) -> None:
     create_topic(b.bootstrap, topic, 1, TOPIC)
-    _produce(history, b.bootstrap, topic, "p", 0, 300)
-    wait_until(lambda: list_offset(b.bootstrap, topic, -4) > 0, what="a first copy and trim")
+    _produce(history, b.bootstrap, topic, "p", 0, 250)  # copied and trimmed at full speed until the switch
 
 
 def test_kill_after_the_remote_copy_before_copy_segment_finished(fbroker: BrokerProcess) -> None:
     b, topic, history = fbroker, "win-copied", History()
-    _with_point(b, "tiered.copy.uploaded")
-    _prefill(b, history, topic)  # the switch is off: the first copies run at full speed
+    _prefill(b, history, topic)
     _kill_inside(b, "tiered.copy.uploaded", history, topic)
     started = segments(b.data_dir, topic, states=(S.COPY_SEGMENT_STARTED,))
     assert len(started) == 1, started  # the killed copy: uploaded, never FINISHED
@@ -154,7 +151,6 @@ def test_kill_after_the_remote_copy_before_copy_segment_finished(fbroker: Broker
 
 def test_kill_after_copy_segment_finished_before_the_coordinator_deletion(fbroker: BrokerProcess) -> None:
     b, topic, history = fbroker, "win-finished", History()
-    _with_point(b, "diskless.tiering.trim")
     _prefill(b, history, topic)
     _kill_inside(b, "diskless.tiering.trim", history, topic)
     finished = segments(b.data_dir, topic)
@@ -167,7 +163,6 @@ def test_kill_after_copy_segment_finished_before_the_coordinator_deletion(fbroke
 
 def test_kill_during_the_coordinator_deletion(fbroker: BrokerProcess) -> None:
     b, topic, history = fbroker, "win-deleting", History()
-    _with_point(b, "diskless.delete.records")
     _prefill(b, history, topic)
     before = _coordinator_log_start(b.data_dir, topic)
     _kill_inside(b, "diskless.delete.records", history, topic)
@@ -205,7 +200,6 @@ def test_store_error_keeps_the_replica_out_of_the_isr_and_it_retries(fbroker: Br
     error (never records it could not verify), the other partition fills and stays in the ISR; once
     the object is back the replica retries, fills and rejoins the ISR."""
     b, topic = fbroker, "dl-fail"
-    _with_point(b, "tiered.copy.uploaded")  # unarmed: a plain restart
     create_topic(b.bootstrap, topic, 2, {"diskless.enable": "true"})
     history = History()
     _produce(history, b.bootstrap, topic, "p", 0, 30)  # partition 0, its own WAL objects
@@ -227,7 +221,7 @@ def test_store_error_keeps_the_replica_out_of_the_isr_and_it_retries(fbroker: Br
     b.start()
     wait_until(lambda: _own_cache(b.bootstrap, topic, 1)["log_end_offset"] == 1, what="partition 1 cached")
     assert _isr(b.bootstrap, topic, 1) == [1]  # one failing partition does not stop the others
-    time.sleep(1.5)  # several fill rounds, each failing
+    time.sleep(0.5)  # fill rounds, each failing
     cache = _own_cache(b.bootstrap, topic, 0)
     assert not cache["in_sync"] and (cache["log_end_offset"] or 0) < 30, cache
     assert _isr(b.bootstrap, topic, 0) == []

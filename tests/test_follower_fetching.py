@@ -6,10 +6,8 @@ future leader epoch as Kafka does. Three real brokers in racks a, b, c over one 
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,42 +18,24 @@ from kcli.protocol.client import WireClient
 from kcli.protocol.errors import ErrorCode
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_pg import pg_server  # noqa: F401 - fixture
-from tests.replication_cluster import CONFIGS, Cluster, describe
-from tests.test_cluster_state import controller_of, wait_for
+from tests.replication_cluster import FEATURE_CONFIGS, FeatureCluster, describe, feature_cluster  # noqa: F401
+from tests.replication_cluster import metrics_url
+from tests.test_cluster_state import wait_for
 from tests.test_observability import scrape
 
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 COUNT = 300
 
 
-class RackCluster(Cluster):
-    def make(self, node: int) -> BrokerProcess:
-        return BrokerProcess(self.root / f"node{node}",
-                             {**CONFIGS, "replica.selector.class": RACK_AWARE, "auto.leader.rebalance.enable": "false"},
-                             ["--cluster", self.url, "--node-id", str(node), "--rack", "abc"[node - 1],
-                              "--metrics-listen", "127.0.0.1:0"])
-
-
-@pytest.fixture(scope="module")
-def rc(pg_server, tmp_path_factory) -> Iterator[RackCluster]:  # noqa: F811
-    c = RackCluster(pg_server.url(pg_server.create_database()), tmp_path_factory.mktemp("follower-fetch"))
-    c.start(1)
-    wait_for(lambda: controller_of(c.brokers[1].bootstrap) == 1, 15, "broker 1 to be the controller")
-    c.start(2)
-    c.start(3)
-    c.wait_live({1, 2, 3})
-    time.sleep(1)  # registrations settle
-    c.wait_live({1, 2, 3})
-    yield c
-    for b in c.brokers.values():
-        b.stop()
+@pytest.fixture
+def rc(feature_cluster: FeatureCluster) -> FeatureCluster:  # noqa: F811
+    assert FEATURE_CONFIGS["replica.selector.class"] == RACK_AWARE
+    return feature_cluster
 
 
 def bytes_out(b: BrokerProcess, topic: str) -> float:
     """BrokerTopicMetrics BytesOutPerSec of ``topic`` on ``b``: what its Fetch answers carried."""
-    m = re.search(r"metrics (http://\S+/metrics)", b.log_text())
-    assert m, "no metrics line"
-    return sum(v for (name, labels), v in scrape(m.group(1)).items()
+    return sum(v for (name, labels), v in scrape(metrics_url(b)).items()
                if name.startswith("kafka_server_brokertopicmetrics_bytesout") and ("topic", topic) in labels)
 
 

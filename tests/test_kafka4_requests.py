@@ -96,7 +96,10 @@ def test_api_versions_features_only_for_clients_that_read_tagged_fields(broker: 
         e = _tail_tags(raw, version)
         supported = {f.name: (int(f.min_version), int(f.max_version)) for f in e.supported_features}
         finalized = {f.name: (int(f.min_version_level), int(f.max_version_level)) for f in e.finalized_features}
-        assert supported["transaction.version"] == (0, 2)
+        if version >= 4:
+            assert supported["transaction.version"] == (0, 2)
+        else:  # a minimum of 0 is left out before v4 (KAFKA-17492), as Kafka does
+            assert supported == {}
         assert finalized["transaction.version"] == (2, 2)  # Kafka 4.0's level for a new cluster
         keys = {int(k.api_key) for k in e.api_keys}
         if 68 in keys:  # the consumer group protocol is served: group.version 1, as Kafka 4
@@ -261,10 +264,46 @@ def test_librdkafka_2_16_reads_features_and_kcat_with_librdkafka_2_0_does_not_br
 
 def test_kafka_python_with_the_new_metadata_versions(broker: BrokerProcess) -> None:
     kafka = pytest.importorskip("kafka")
-    consumer = kafka.KafkaConsumer("k4-a", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                                   consumer_timeout_ms=10000, enable_auto_commit=False)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=10000,
+                                   enable_auto_commit=False)
+    values: list[bytes] = []
     try:
-        values = [m.value for m in consumer if m.partition == 0][:5]
+        assert {"k4-a", "k4-d"} <= consumer.topics()  # Metadata at the highest version both speak
+        tp = kafka.TopicPartition("k4-a", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        for m in consumer:
+            values.append(m.value)
+            if len(values) == 5:
+                break
     finally:
         consumer.close()
     assert values == [b"v%d" % i for i in range(5)]
+
+
+def test_describe_topic_partitions_checks_describe_on_each_topic(tmp_path: Path) -> None:
+    """With an authorizer: a topic the principal may not describe is left out of an all-topics
+    page (and does not count towards its limit) and refused by name; telemetry needs no ACL."""
+    from confluent_kafka.admin import (
+        AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType,
+    )
+
+    b = BrokerProcess(tmp_path / "data", {**FAST, "allow.everyone.if.no.acl.found": "true",
+                                          "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}).start()
+    try:
+        create_topic(b.bootstrap, "open-t", 2)
+        create_topic(b.bootstrap, "secret-t", 2)
+        acl = AclBinding(ResourceType.TOPIC, "secret-t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.DESCRIBE, AclPermissionType.ALLOW)  # named by an ACL: closed to others
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_acls([acl])[acl].result(15)
+        with WireClient(b.bootstrap) as c:
+            page = _dtp(c, [], 2)
+            assert [(t.name, len(t.partitions)) for t in page.topics] == [("open-t", 2)] and page.next_cursor is None
+            assert page.topics[0].topic_authorized_operations > 0
+            named = {t.name: t for t in _dtp(c, ["open-t", "secret-t"], 10).topics}
+            assert named["secret-t"].error_code == ErrorCode.topic_authorization_failed
+            assert named["secret-t"].partitions == () and named["open-t"].error_code == 0
+            assert c.request(71, 0, {"client_instance_id": uuid.UUID(int=0)}).error_code == 0
+    finally:
+        b.stop()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,44 +18,25 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka import ElectionType
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kcli.protocol.client import WireClient
+from kcli.protocol.errors import ErrorCode
+from kcli.protocol.interbroker import INTER_BROKER_CLIENT_ID
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_pg import pg_server  # noqa: F401 - fixture
-from tests.replication_cluster import CONFIGS, Cluster, describe
-from tests.test_cluster_state import controller_of, wait_for
+from tests.replication_cluster import FeatureCluster, describe, feature_cluster  # noqa: F401
+from tests.test_cluster_state import wait_for
 from tests.test_shrink import delete_partitions
-from tests.test_tiered import TIERED_BROKER, alter, kcli_state
+from tests.test_tiered import alter, kcli_state
 
 SEGMENT_BYTES = 8192
 TOPIC = {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "16000",
          "min.insync.replicas": "2"}
 COUNT = 400  # ~5 segments of 8 KiB per round, of which local retention keeps about two
-BROKER = {**CONFIGS, **TIERED_BROKER, "delete.topic.partition.enable": "true",
-          "delete.topic.partition.interval.delay.ms": "200", "auto.leader.rebalance.enable": "false"}
 
 
-class TieredCluster(Cluster):
-    """The replication cluster with tiered storage on every broker and one shared object store."""
-
-    def make(self, node: int) -> BrokerProcess:
-        return BrokerProcess(self.root / f"node{node}", BROKER,
-                             ["--cluster", self.url, "--node-id", str(node), "--rack", "abc"[node - 1],
-                              "--object-store", (self.root / "objects").as_uri()])
-
-
-@pytest.fixture(scope="module")
-def tc(pg_server, tmp_path_factory) -> Iterator[TieredCluster]:  # noqa: F811
-    url = pg_server.url(pg_server.create_database())
-    c = TieredCluster(url, tmp_path_factory.mktemp("repl-tiered"))
-    c.start(1)
-    wait_for(lambda: controller_of(c.brokers[1].bootstrap) == 1, 15, "broker 1 to be the controller")
-    c.start(2)
-    c.start(3)
-    c.wait_live({1, 2, 3})
-    time.sleep(1)  # registrations settle (a lease renewed late on a loaded machine would flap the live set)
-    c.wait_live({1, 2, 3})
-    yield c
-    for b in c.brokers.values():
-        b.stop()
+@pytest.fixture
+def tc(feature_cluster: FeatureCluster) -> FeatureCluster:  # noqa: F811
+    return feature_cluster
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -93,6 +72,14 @@ def read_all(bootstrap: str, topic: str, partition: int, count: int, timeout: fl
     finally:
         c.close()
     return out
+
+
+def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{uuid.uuid4()}"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
+    finally:
+        c.close()
 
 
 def remote(url: str, topic_part: int | None = None, state: str = "COPY_SEGMENT_FINISHED",
@@ -183,6 +170,18 @@ def test_leader_copies_followers_trim_new_leader_resumes_empty_replica_starts_fr
     wait_for(elected, 30, "broker 1 to lead again")
     expected = [value("a", i) for i in range(COUNT)] + [value("b", i) for i in range(COUNT)]
     assert read_all(tc.bootstrap, "rt", 0, len(expected)) == expected
+    # a follower asking the leader for an offset only in the remote tier is told so
+    with WireClient(tc.brokers[1].bootstrap, client_id=INTER_BROKER_CLIENT_ID) as c:
+        resp = c.request(1, 12, {"replica_id": 2, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                 "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                 "topics": [{"topic": "rt", "partitions": [{
+                                     "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                     "last_fetched_epoch": -1, "log_start_offset": 0,
+                                     "partition_max_bytes": 65536}]}],
+                                 "forgotten_topics_data": [], "rack_id": ""})
+    moved = resp.responses[0].partitions[0]
+    assert int(moved.error_code) == ErrorCode.offset_moved_to_tiered_storage and not moved.records
+    assert int(moved.log_start_offset) == 0
     fill(tc.bootstrap, "rt", 0, "c")
     wait_for(lambda: remote(url, topic="rt")[-1][3] == 1 and len({b for *_x, b in remote(url, topic="rt")}) >= 2,
              30, "broker 1 to copy again")
@@ -208,8 +207,9 @@ def test_disabling_tiering_on_a_replicated_topic_both_policies(tc):
     assert remote(url, topic="rret")  # policy retain: they stay readable
     assert read_all(tc.bootstrap, "rret", 0, COUNT) == [value("r", i) for i in range(COUNT)]
     # policy delete: the log now starts where the leader's local data does, on every replica
-    got = read_all(tc.bootstrap, "rdel", 0, COUNT, timeout=10)
-    assert got and got == [value("d", i) for i in range(COUNT - len(got), COUNT)]
+    low, high = watermarks(tc.bootstrap, "rdel")
+    assert 0 < low < high == COUNT  # the remote part is gone, the local part stays
+    assert read_all(tc.bootstrap, "rdel", 0, high - low) == [value("d", i) for i in range(low, COUNT)]
     fill(tc.bootstrap, "rdel", 0, "e", 50)  # acks=all with min.insync.replicas=2: the replicas follow
     wait_for(lambda: isr_full(tc.bootstrap, "rdel"), 20, "the ISR of rdel")
 
@@ -225,3 +225,33 @@ def test_partition_reduction_deletes_every_replica_and_the_remote_segments(tc):
              "rsh-1 deleted on every replica")
     wait_for(lambda: [s for s in live_remote(url, "rsh") if s[0] == 1] == [], 20, "the remote segments of rsh-1")
     assert all((b.data_dir / "rsh-0").is_dir() for b in tc.brokers.values())
+
+
+# ---- pieces without a broker --------------------------------------------------------------------
+def test_a_new_leaders_segment_is_copied_from_past_the_highest_tiered_offset(tmp_path):
+    """The segment a new leader copies first may start below the remote tier's end (its log rolled
+    elsewhere than the old leader's): the copy starts at the first batch past it, byte for byte."""
+    from kcli.tiered.manager import segment_leader_epochs, trim_segment
+    from tests.test_storage_log import build, open_log, parse_batches
+
+    lg = open_log(tmp_path / "t-0", segment_bytes=1 << 20)
+    for _ in range(5):
+        lg.append(build(3), now_ms=1000)  # batches 0-2, 3-5, ..., 12-14
+    lg.roll()
+    seg = lg.segments()[0]
+    trimmed = trim_segment(seg, 6)
+    try:
+        whole = parse_batches(seg.log_path.read_bytes())
+        kept = parse_batches(trimmed.log_path.read_bytes())
+        assert [b.base_offset for b in kept] == [6, 9, 12]
+        assert [b.raw for b in kept] == [b.raw for b in whole[2:]]
+        assert (trimmed.base_offset, trimmed.next_offset, trimmed.size) == (6, 15, sum(b.size for b in kept))
+        assert trimmed.index_path.read_bytes() == b"" and trimmed.log_path.parent != seg.log_path.parent
+    finally:
+        shutil.rmtree(trimmed.log_path.parent)
+    assert seg.log_path.exists()  # the local segment is untouched
+    lg.close()
+    # the leader epochs of a segment's offsets, and where each starts in it
+    assert segment_leader_epochs([(0, 0), (2, 10), (5, 20)], 6, 14) == {0: 6, 2: 10}
+    assert segment_leader_epochs([(0, 0), (2, 10), (5, 20)], 20, 30) == {5: 20}
+    assert segment_leader_epochs([], 0, 5) == {}

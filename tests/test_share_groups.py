@@ -27,6 +27,7 @@ from kcli.coordinator.share.share_partition import (ACCEPT, ACKNOWLEDGED, ARCHIV
                                                     Batch, SharePartition)
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
+from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
 LOCK_MS = 2000
 BROKER_CONFIGS = {
@@ -64,6 +65,9 @@ def test_acquire_acknowledge_and_start_offset():
     assert sp.acknowledge("m2", [(5, 6, (ACCEPT, ACCEPT, ACCEPT))]) == 42  # types do not match the range
     assert sp.acknowledge("m2", [(5, 5, (9,))]) == 42  # unknown type
     assert sp.acknowledge("m2", [(5, 5, (4,))]) == 42  # RENEW without is_renew_ack
+    assert sp.acknowledge("m2", [(5, 5, (4,))], renew_allowed=True, now=900) == 0  # the lock starts again
+    assert sp.expire_locks(now=1500) == 4 and sp.records[5].state == 1  # 6-9 expired, 5 renewed until 1900
+    assert sp.expire_locks(now=1900) == 1 and sp.records[5].state == AVAILABLE
 
 
 def test_release_timeout_and_delivery_limit_archive_a_poison_record():
@@ -199,8 +203,7 @@ def test_members_share_one_partition_each_record_once(sbroker, diskless):
     (no lock expires, so no record was ever acquired by two members)."""
     kind = "dl" if diskless else "cl"
     topic, group, n = _topic(sbroker.bootstrap, f"share-{kind}", diskless=diskless), f"workers-{kind}", 300
-    _produce(sbroker.bootstrap, topic, n)
-    _reset_to_earliest(sbroker.bootstrap, group, topic)
+    _reset_to_earliest(sbroker.bootstrap, group, topic)  # state at offset 0 before anyone joins
     seen: dict[int, list[str]] = {}
     lock = threading.Lock()
     stop = threading.Event()
@@ -222,6 +225,13 @@ def test_members_share_one_partition_each_record_once(sbroker, diskless):
     threads = [threading.Thread(target=work, args=(f"c{i}",)) for i in range(3)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # all three members assigned the partition, then the records come
+        desc = json.loads(_kcli(sbroker.bootstrap, "-o", "json", "share-groups", "describe", "--group", group).stdout)
+        if sum(1 for m in desc[0]["members"] if m["assignment"]) == 3:
+            break
+        time.sleep(0.3)
+    _produce(sbroker.bootstrap, topic, n)
     deadline = time.monotonic() + 45
     while time.monotonic() < deadline and len(seen) < n:
         time.sleep(0.2)
@@ -517,3 +527,174 @@ def test_cli_list_describe_reset_and_delete(sbroker):
     classic = _kcli(sbroker.bootstrap, "share-groups", "reset-offsets", "--group", group, "--topic", topic,
                     "--to-earliest", "--bogus", check=False)
     assert classic.returncode != 0
+
+
+def test_group_config_share_auto_offset_reset(sbroker):
+    """share.auto.offset.reset is a group config (kafka-configs --entity-type groups): latest by
+    default, earliest makes a new share group read what was produced before it joined."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic, group = _topic(sbroker.bootstrap, "share-reset-config"), "from-earliest"
+    _produce(sbroker.bootstrap, topic, 4)
+    a = AdminClient({"bootstrap.servers": sbroker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res])[res].result(20)
+    described = a.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    configs = list(described.values())[0].result(20)
+    assert configs["share.auto.offset.reset"].value == "earliest"
+    assert configs["share.record.lock.duration.ms"].value == str(LOCK_MS)
+    bad = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "sometimes", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception) as err:
+        a.incremental_alter_configs([bad])[bad].result(20)
+    assert "INVALID_CONFIG" in str(err.value) or "String must be one of" in str(err.value)
+    c = _consumer(sbroker.bootstrap, group)
+    c.subscribe([topic])
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(got) < 4:
+            got += [m.offset() for m in c.poll(0.5) if m.error() is None]
+        c.commit_sync(10)
+    finally:
+        c.close()
+    assert sorted(got) == [0, 1, 2, 3]
+    # the default (latest): a group without the config starts at the end
+    c = _consumer(sbroker.bootstrap, "from-latest")
+    c.subscribe([topic])
+    try:
+        quiet = [m for _ in range(4) for m in c.poll(0.5) if m.error() is None]
+    finally:
+        c.close()
+    assert quiet == []
+
+
+def test_postgres_share_state_round_trip_and_state_epoch_fencing(pg_database):  # noqa: F811 - fixture
+    """The cluster's store: table share_group_state (migration step 5); a write with an older
+    state epoch than the stored one is refused; group configs and deletions."""
+    import asyncio
+
+    import psycopg
+
+    from kcli.cluster.migrations import migrate
+    from kcli.cluster.pg_offsets import PostgresOffsetStore
+    from kcli.coordinator.share.persister import SharePersister
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        migrate(conn)
+
+    async def scenario() -> None:
+        store = PostgresOffsetStore(pg_database, 1, label="test", connect_kwargs={}, timeout_s=10)
+        store.open()
+        p = SharePersister(store)
+        try:
+            assert await p.read("g", "t", 0) is None
+            state = {"state_epoch": 2, "start_offset": 40, "batches": [[41, 43, ACKNOWLEDGED, 1], [44, 44, 0, 3]]}
+            assert await p.write("g", "t", 0, state)
+            assert await p.read("g", "t", 0) == state
+            assert not await p.write("g", "t", 0, {**state, "state_epoch": 1, "start_offset": 99})  # fenced
+            assert (await p.read("g", "t", 0))["start_offset"] == 40
+            assert await p.write("g", "t", 1, {"state_epoch": 0, "start_offset": 5, "batches": []})
+            await p.write_group_configs("g", {"share.auto.offset.reset": "earliest"})
+            assert await p.group_configs("g") == {"share.auto.offset.reset": "earliest"}
+            assert sorted(await p.states("g")) == [("g", "t", 0), ("g", "t", 1)]  # configs are not a partition
+            await p.delete("g", "t")
+            assert await p.states("g") == {} and await p.group_configs("g") == {"share.auto.offset.reset": "earliest"}
+            await p.delete("g")
+            assert await p.group_configs("g") == {}
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_local_store_keeps_share_state_through_compaction_and_reopen(tmp_path):
+    import asyncio
+
+    from kcli.coordinator.group.offsets import OffsetStore
+
+    async def write(store: OffsetStore) -> None:
+        for i in range(60):  # the same partition over and over: the log compacts
+            await store.share_state_write("g", "t", 0, {"state_epoch": 0, "start_offset": i, "batches": []})
+        await store.share_state_write("g", "t", 1, {"state_epoch": 3, "start_offset": 7, "batches": [[8, 9, 2, 1]]})
+        await store.share_state_write("h", "t", 0, {"state_epoch": 0, "start_offset": 1, "batches": []})
+        store.append_behind([{"type": "group_delete", "group": "h"}])
+        await store.close()
+
+    store = OffsetStore(tmp_path / "__consumer_offsets", compact_min_lines=10)
+    store.open()
+    asyncio.run(write(store))
+    assert store.compactions >= 1
+    again = OffsetStore(tmp_path / "__consumer_offsets")
+    again.open()
+    states = asyncio.run(again.share_states())
+    assert states == {("g", "t", 0): {"state_epoch": 0, "start_offset": 59, "batches": []},
+                      ("g", "t", 1): {"state_epoch": 3, "start_offset": 7, "batches": [[8, 9, 2, 1]]}}
+
+
+@pytest.mark.parametrize("diskless", [False, True], ids=["classic", "diskless"])
+def test_cluster_share_fetch_is_served_by_each_partition_leader(broker_factory, pg_database, diskless):  # noqa: F811
+    """Two brokers over PostgreSQL: a ShareConsumer reads partitions led by both (its ShareFetch
+    goes to each partition's leader, the state is in share_group_state); a ShareFetch at the other
+    broker answers NOT_LEADER_OR_FOLLOWER with the leader's endpoint."""
+    from tests.test_cluster_state import FAST, brokers_of, wait_for
+
+    nodes = [broker_factory({**FAST, **BROKER_CONFIGS}, name=f"node{i}",
+                            extra_args=["--cluster", pg_database, "--node-id", str(i), "--rack", f"r{i}"])
+             for i in (1, 2)]
+    wait_for(lambda: len(brokers_of(nodes[0].bootstrap)) == 2, 20, "both brokers registered")
+    topic, group = _topic(nodes[0].bootstrap, f"share-cluster-{int(diskless)}", partitions=4, diskless=diskless), "cw"
+    for p in range(4):
+        _produce(nodes[0].bootstrap, topic, 10, partition=p)
+    _reset_to_earliest(nodes[0].bootstrap, group, topic)
+    md = AdminClient({"bootstrap.servers": nodes[0].bootstrap}).list_topics(topic, timeout=10).topics[topic]
+    leaders = {p.id: p.leader for p in md.partitions.values()}
+    assert set(leaders.values()) == {1, 2}, leaders
+    c = _consumer(nodes[1].bootstrap, group)
+    c.subscribe([topic])
+    got: set[tuple[int, int]] = set()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and len(got) < 40:
+            got |= {(m.partition(), m.offset()) for m in c.poll(0.5) if m.error() is None}
+        c.commit_sync(10)
+    finally:
+        c.close()
+    assert got == {(p, o) for p in range(4) for o in range(10)}
+    wrong = next(p for p, leader in leaders.items() if leader == 2)
+    with WireClient(nodes[0].bootstrap) as w:
+        tid = _topic_id(w, topic)
+        member = _join(w, group, topic)
+        r = _share_fetch(w, group, member, 0, tid, [wrong], max_wait=0)
+        part = _part(r)
+        assert part.error_code == 6 and part.current_leader.leader_id == 2  # NOT_LEADER_OR_FOLLOWER
+        assert [e.node_id for e in r.node_endpoints] == [2]
+    out = json.loads(_kcli(nodes[0].bootstrap, "-o", "json", "share-groups", "describe", "--group", group).stdout)[0]
+    assert sorted((o["partition"], o["start_offset"]) for o in out["offsets"]) == [(p, 10) for p in range(4)]
+
+
+def test_tiered_partition_is_shared_from_the_remote_tier(broker_factory):
+    """A tiered topic whose oldest records are only in the remote tier: a share group reset to
+    the earliest offset reads them (ShareFetch through the remote-tier read) and then the local log."""
+    from tests.test_tiered import TIERED_BROKER, TIERED_TOPIC, fill, list_offset, wait_until
+
+    b = broker_factory({**TIERED_BROKER, **BROKER_CONFIGS})
+    topic, group = "share-tiered", "tiered-workers"
+    AdminClient({"bootstrap.servers": b.bootstrap}).create_topics(
+        [NewTopic(topic, 1, 1, config=TIERED_TOPIC)])[topic].result(20)
+    fill(b.bootstrap, topic, 0, 600)
+    local_start = wait_until("the local log to start above 0", lambda: list_offset(b.bootstrap, topic, -4) or None)
+    assert list_offset(b.bootstrap, topic, -2) == 0
+    _reset_to_earliest(b.bootstrap, group, topic)
+    c = _consumer(b.bootstrap, group, **{"max.poll.records": 100})
+    c.subscribe([topic])
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and len(got) < 600:
+            got += [m.offset() for m in c.poll(0.5) if m.error() is None]
+        c.commit_sync(10)
+    finally:
+        c.close()
+    assert local_start > 0 and sorted(got) == list(range(600))

@@ -14,12 +14,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kcli.dumplog.synth import build_batch
+from kcli.protocol import codec
 from kcli.protocol.client import WireClient
 from tests.brokerproc import BrokerProcess
 from tests.diskless_helpers import DISKLESS, FAST
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 from tests.kafka_helpers import create_topic
-from tests.test_transactions import check_commit_and_abort, read
+from tests.test_transactions import read, txn_producer
 
 TOPICS = ("tv2-c", "tv2-d")  # classic, diskless
 
@@ -58,6 +59,26 @@ class Tv2Producer:
         if code == 0:
             self.seq[topic] = seq + 1
         return code
+
+    def produce_pipelined(self, topic: str, values: list[bytes]) -> list[tuple[int, int]]:
+        """One Produce v12 per value, all sent before any answer is read (as a client with
+        several requests in flight): (error, base offset) of each."""
+        sent = []
+        for value in values:
+            seq = self.seq.get(topic, 0)
+            records = build_batch([(None, value, [])], timestamps=[int(time.time() * 1000)], producer_id=self.pid,
+                                  producer_epoch=self.epoch, base_sequence=seq, transactional=True)
+            self.seq[topic] = seq + 1
+            corr, frame = self.leader.encode_request(0, 12, {
+                "transactional_id": self.tid, "acks": -1, "timeout": 30000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+            self.leader.send_raw(frame)
+            sent.append(corr)
+        out = []
+        for corr in sent:
+            pr = codec.decode_response(0, 12, self.leader.recv_frame(), corr).responses[0].partition_responses[0]
+            out.append((int(pr.error_code), int(pr.base_offset)))
+        return out
 
     def end(self, commit: bool, epoch: int | None = None) -> tuple[int, int, int]:
         r = self.c.request(26, 5, {"transactional_id": self.tid, "producer_id": self.pid,
@@ -129,11 +150,34 @@ def test_a_new_instance_fences_a_tv2_producer(broker: BrokerProcess) -> None:
         assert old.end(True)[0] == ErrorCode.producer_fenced
 
 
+def test_add_partitions_to_txn_v5_is_for_brokers_only(broker: BrokerProcess) -> None:
+    with WireClient(broker.bootstrap) as c:
+        p = Tv2Producer(c, "tv2-v5")
+        for verify_only in (True, False):
+            r = c.request(24, 5, {"transactions": [{"transactional_id": "tv2-v5", "producer_id": p.pid,
+                                                    "producer_epoch": p.epoch, "verify_only": verify_only,
+                                                    "topics": [{"name": "tv2-c", "partitions": [0]}]}]})
+            assert int(r.error_code) == ErrorCode.cluster_authorization_failed
+        assert describe(c, "tv2-v5").transaction_state == "Empty"  # nothing was added
+
+
 def test_tv1_librdkafka_producer_still_works_with_tv2_enabled(broker: BrokerProcess) -> None:
-    create_topic(broker.bootstrap, "tv1-c", 2)
-    create_topic(broker.bootstrap, "tv1-d", 2, DISKLESS)
-    check_commit_and_abort(broker.bootstrap, "tv1-c", "tv1-classic")
-    check_commit_and_abort(broker.bootstrap, "tv1-d", "tv1-diskless")
+    """confluent-kafka 2.16 (TV1: AddPartitionsToTxn, EndTxn v1) commits and aborts transactions
+    spanning a classic and a diskless topic of the TV2 broker."""
+    create_topic(broker.bootstrap, "tv1-c", 1)
+    create_topic(broker.bootstrap, "tv1-d", 1, DISKLESS)
+    p = txn_producer(broker.bootstrap, "tv1-mixed")
+    for value, commit in ((b"c1", True), (b"a2", False), (b"c3", True)):
+        p.begin_transaction()
+        for t in ("tv1-c", "tv1-d"):
+            p.produce(t, value=value + t.encode())
+        p.flush(30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    for t in ("tv1-c", "tv1-d"):
+        committed = [b"c1" + t.encode(), b"c3" + t.encode()]
+        assert read(broker.bootstrap, t, 1, "read_committed", expected=2, settle=0.5) == committed
+        assert read(broker.bootstrap, t, 1, "read_uncommitted", expected=3, settle=0.5) == \
+            sorted(committed + [b"a2" + t.encode()])
 
 
 def test_transaction_version_1_keeps_clients_on_v1(tmp_path: Any) -> None:
@@ -167,14 +211,17 @@ def test_tv2_in_a_cluster_adds_partitions_at_the_coordinator_on_another_broker(b
     for x in b.values():
         wait_for(lambda x=x: set(brokers_of(x.bootstrap)) == {1, 2}, 10, "two brokers")
     create(b[1].bootstrap, "ctv", [[2]])
-    AdminClient({"bootstrap.servers": b[1].bootstrap}).create_topics(
-        [NewTopic("dtv", 1, 1, config=DISKLESS)])["dtv"].result(15)
+    admin = AdminClient({"bootstrap.servers": b[1].bootstrap})  # alive until the result
+    admin.create_topics([NewTopic("dtv", 1, 1, config=DISKLESS)])["dtv"].result(15)
     tid = txn_id_for([1, 2], 1, "tv2-cluster")
     group = group_for(([1, 2], 2))
     with WireClient(b[1].bootstrap) as one, WireClient(b[2].bootstrap) as two:
         p = Tv2Producer(one, tid, leader=two)
         pid, e0 = p.pid, p.epoch
         for round_, commit in enumerate((True, False, True)):
+            if round_ == 0:  # in flight together: each asks node 1 first, and still they land in order
+                answers = p.produce_pipelined("ctv", [b"p%d" % i for i in range(4)])
+                assert answers == [(0, i) for i in range(4)], answers
             assert [p.produce(t, b"r%d-%s" % (round_, t.encode())) for t in ("ctv", "dtv")] == [0, 0]
             if round_ == 0:
                 r = two.request(28, 5, {"transactional_id": tid, "group_id": group, "producer_id": pid,
@@ -190,6 +237,46 @@ def test_tv2_in_a_cluster_adds_partitions_at_the_coordinator_on_another_broker(b
         off = two.request(9, 8, {"groups": [{"group_id": group, "topics": [{"name": "ctv", "partition_indexes": [0]}]}],
                                  "require_stable": True})
         assert int(off.groups[0].topics[0].partitions[0].committed_offset) == 1
+    pipelined = [b"p%d" % i for i in range(4)]
     for t in ("ctv", "dtv"):
-        assert read(b[1].bootstrap, t, 1, "read_committed", expected=2, settle=1.0) == [
-            b"r0-" + t.encode(), b"r2-" + t.encode()]
+        assert read(b[1].bootstrap, t, 1, "read_committed", expected=2, settle=1.0) == sorted(
+            [b"r0-" + t.encode(), b"r2-" + t.encode()] + (pipelined if t == "ctv" else []))
+
+
+def test_exhausted_epoch_gets_a_new_producer_id_at_end_txn(broker_factory) -> None:  # noqa: ANN001
+    """At epoch 32766 (Short.MaxValue - 1), not before, EndTxn v5 writes the markers with 32767 and
+    hands the producer a new id at epoch 0, as Kafka does. The state log is given that epoch while the
+    broker is down (a state line as the coordinator writes it), since 32k transactions take too long."""
+    from kcli.coordinator.transaction.state import TransactionMetadata
+    from kcli.crcjson import decode_line, encode_line
+
+    b = broker_factory(FAST)
+    create_topic(b.bootstrap, "tv2-x", 1)
+    with WireClient(b.bootstrap) as c:
+        pid = Tv2Producer(c, "tv2-exhaust").pid
+    b.stop()
+    path = b.data_dir / "__transaction_state" / "transactions.log"
+    lines = [decode_line(line) for line in path.read_bytes().splitlines()]
+    md = TransactionMetadata.from_record([r for r in lines if r and r.get("transactional_id") == "tv2-exhaust"][-1])
+    md.producer_epoch = 32765
+    with open(path, "ab") as f:
+        f.write(encode_line(md.to_record()))
+    b.start()
+    with WireClient(b.bootstrap) as c:
+        p = Tv2Producer.__new__(Tv2Producer)
+        p.c = p.leader = c
+        p.tid, p.pid, p.epoch, p.seq = "tv2-exhaust", pid, 32765, {}
+        assert p.produce("tv2-x", b"next-to-last") == 0
+        assert p.end(True) == (0, pid, 32766)  # not exhausted yet: the same id
+        p.next_transaction(pid, 32766)
+        assert p.produce("tv2-x", b"last-of-its-id") == 0
+        err, new_pid, new_epoch = p.end(True)
+        assert (err, new_epoch) == (0, 0) and new_pid != pid
+        p.next_transaction(new_pid, 0)
+        assert p.produce("tv2-x", b"first-of-the-new-id") == 0
+        assert p.end(True) == (0, new_pid, 1)
+        # the old id's late write is refused
+        p.pid, p.epoch = pid, 32766
+        assert p.produce("tv2-x", b"zombie") == ErrorCode.invalid_producer_id_mapping
+    assert read(b.bootstrap, "tv2-x", 1, "read_committed", expected=3, settle=1.0) == [
+        b"first-of-the-new-id", b"last-of-its-id", b"next-to-last"]

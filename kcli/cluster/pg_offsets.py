@@ -377,7 +377,8 @@ class PostgresOffsetStore:
                WHERE share_group_state.state_epoch <= EXCLUDED.state_epoch
                RETURNING state_epoch""",
             (group_id, topic, int(partition), int(state.get("state_epoch", 0)), int(state.get("start_offset", 0)),
-             Jsonb(state.get("batches", [])), self.node_id), write=True)
+             Jsonb({"configs": state["configs"]} if "configs" in state else state.get("batches", [])), self.node_id),
+            write=True)
         return bool(rows)
 
     async def share_states(self, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -418,5 +419,7 @@ class PostgresOffsetStore:
 
 
 def _share_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    if isinstance(row[4], dict):  # a share group's configs (kcli/coordinator/share/persister.py)
+        return {"state_epoch": int(row[2]), "start_offset": int(row[3]), "batches": [], "configs": row[4].get("configs", {})}
     return {"state_epoch": int(row[2]), "start_offset": int(row[3]),
             "batches": [list(map(int, b)) for b in (row[4] or [])]}

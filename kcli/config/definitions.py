@@ -428,7 +428,9 @@ def broker_config_def(name: str) -> ConfigDef | None:
 # What a dynamic change (IncrementalAlterConfigs/AlterConfigs, a BROKER ConfigRecord) may set:
 # kcli's dynamic configs, and Kafka's dynamic configs that kcli does not implement.
 ALTERABLE_BROKER_CONFIGS: frozenset[str] = DYNAMIC_BROKER_CONFIGS | frozenset(
-    name for name, d in KAFKA_ONLY_BROKER_CONFIGS.items() if not d.read_only)
+    name for name, d in KAFKA_ONLY_BROKER_CONFIGS.items() if not d.read_only) | frozenset(
+    # KIP-73 replication throttles (kcli/broker/replica/throttle.py), dynamic as in Kafka
+    ("leader.replication.throttled.rate", "follower.replication.throttled.rate"))
 
 
 def broker_config_change_error(resource_name: str, names: Iterable[str]) -> str | None:

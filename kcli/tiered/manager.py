@@ -295,6 +295,8 @@ class RemoteLogManager(BrokerExtension):
         RemoteCopyLagSegments / RemoteCopyLagBytes, for the metrics endpoint."""
         out: dict[str, tuple[int, int]] = {}
         for t, p, lg in self._local_logs(self.copy_enabled):
+            if not self.leads(t, p):
+                continue  # a follower copies nothing: its segments are the leader's lag
             tiered_upto = self.latest_tiered_offset(t, p)
             segs, size = out.get(t.name, (0, 0))
             for seg in lg.segments():

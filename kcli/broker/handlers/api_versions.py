@@ -4,7 +4,7 @@ feature levels for clients that read tagged fields (kcli/broker/features.py)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, get_args
 
 from kio.static.primitive import i64
 
@@ -32,10 +32,13 @@ def with_features(ctx: RequestContext, body: dict[str, Any]) -> Any:
     types = {f.name: f.type for f in dataclasses.fields(cls)}
     sup_cls = _element(types["supported_features"])
     fin_cls = _element(types["finalized_features"])
+    # Before v4 a supported feature whose minimum is 0 is left out: older Java clients cannot
+    # read it (KAFKA-17492; v4 is KAFKA-17011's fix), as Kafka's ApiVersionsResponse does.
+    supported = [f for f in fs if ctx.api_version >= 4 or f.min_version > 0]
     return dataclasses.replace(
         entity,
         supported_features=tuple(codec.build(sup_cls, {"name": f.name, "min_version": f.min_version,
-                                                       "max_version": f.max_version}) for f in fs),
+                                                       "max_version": f.max_version}) for f in supported),
         finalized_features_epoch=i64(feat.finalized_epoch(fs)),
         finalized_features=tuple(codec.build(fin_cls, {"name": f.name, "max_version_level": f.level,
                                                        "min_version_level": f.level}) for f in fs if f.level > 0),
@@ -43,8 +46,6 @@ def with_features(ctx: RequestContext, body: dict[str, Any]) -> Any:
 
 
 def _element(tuple_type: Any) -> type:
-    from typing import get_args
-
     return get_args(tuple_type)[0]
 
 

@@ -19,6 +19,7 @@ from kcli.broker.broker import now_ms
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.metadata.metadata_log import MODE_READ_ONLY
 from kcli.protocol.errors import BrokerError
+from kcli.protocol.interbroker import InterBrokerError, request as inter_broker_request
 from kcli.records.batch import InvalidBatchError, iter_headers, read_header
 
 log = logging.getLogger("kcli.broker.produce")
@@ -62,9 +63,7 @@ _IMPLICIT_ADD_ERRORS = {int(ErrorCode.producer_fenced): int(ErrorCode.invalid_pr
 async def _add_partitions_implicitly(ctx: RequestContext, req: Any) -> dict[tuple[str, int], int]:
     """Transactions v2 (KIP-890): a Produce v12 adds its partitions to the producer's transaction
     at the coordinator (here, or an AddPartitionsToTxn v5 to the broker coordinating the id).
-    Awaits only when something is written, so appends keep their request order."""
-    from kcli.protocol.interbroker import InterBrokerError, request as inter_broker_request
-
+    Awaits only when it writes or asks another broker."""
     b = ctx.broker
     coord = b.transactions
     wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
@@ -114,7 +113,15 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     implicit: dict[tuple[str, int], int] = {}
     if req.transactional_id is not None and ctx.api_version >= 12 and b.transactions is not None \
             and b.config.get_int("transaction.version") >= 2:
-        implicit = await _add_partitions_implicitly(ctx, req)
+        # The add may wait (a state write, another broker): the connection's transactional
+        # Produces take turns, so their appends still land in request order. The turn passes
+        # on once this handler next waits, i.e. after its appends (or if it fails).
+        turn = ctx.connection.extra.setdefault("produce.implicit_add_turn", asyncio.Lock())
+        await turn.acquire()
+        try:
+            implicit = await _add_partitions_implicitly(ctx, req)
+        finally:
+            asyncio.get_running_loop().call_soon(turn.release)
     now = now_ms()
     pending: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
     touched: set[Any] = set()

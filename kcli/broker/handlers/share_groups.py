@@ -251,7 +251,8 @@ async def share_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
             return _top_error(share, code, f"Member {member_id} is not a member of share group {group_id}.")
     final_session = share.sessions.get(group_id, member_id) if epoch == FINAL_EPOCH else None
     try:
-        session, full = share.sessions.fetch_context(group_id, member_id, epoch, list(wanted), forgotten,
+        named = [k for k, v in wanted.items() if not v] if epoch == FINAL_EPOCH else list(wanted)
+        session, full = share.sessions.fetch_context(group_id, member_id, epoch, named, forgotten,
                                                      bool(acks), id(ctx.connection))
     except ShareSessionError as err:
         return _top_error(share, err.code, err.message)
@@ -426,7 +427,7 @@ async def describe_share_group_offsets(ctx: RequestContext, req: Any) -> dict[st
             elif (name, idx) in states:
                 state = states[(name, idx)]
                 part.update(start_offset=int(state["start_offset"]), leader_epoch=t.partitions[idx].leader_epoch,
-                            lag=share.lag(t, idx, state))
+                            lag=await share.lag(t, idx, state))
             entry["partitions"].append(part)
         groups.append({"group_id": rg.group_id, "topics": list(topics.values()), "error_code": ErrorCode.none,
                        "error_message": None})
@@ -530,3 +531,146 @@ async def _describe_offsets_gate(az: Authz, req: Any, call: Call) -> dict[str, A
         if not az.allowed(Op.DESCRIBE, RT.GROUP, grp["group_id"]):
             grp.update(error_code=GROUP_DENIED, topics=[], error_message=None)
     return body
+
+
+# ---- share group configs: DescribeConfigs / IncrementalAlterConfigs / AlterConfigs on a GROUP -------
+#
+# Kafka keeps group configs (ConfigResource type GROUP, 32) such as share.auto.offset.reset; kcli
+# answers them for share groups here, in front of kcli/broker/handlers/admin.py's handlers (which
+# keep every other resource type), so kafka-configs.sh --entity-type groups and Admin clients work.
+
+GROUP_RESOURCE = 32
+SHARE_GROUP_CONFIGS = {  # name -> (type, doc, validator)
+    "share.auto.offset.reset": ("string", "Where a share group starts reading a partition it has no state for: "
+                                "latest (the default) or earliest."),
+    "share.record.lock.duration.ms": ("int", "Acquisition lock duration of the group's records (the broker's "
+                                      "group.share.record.lock.duration.ms by default)."),
+}
+_TYPE_CODES = {"string": 2, "int": 3}
+
+
+def _check_group_config(name: str, value: str | None) -> str | None:
+    if name not in SHARE_GROUP_CONFIGS:
+        return f"Unknown group config name: {name}"
+    if value is None:
+        return None
+    if name == "share.auto.offset.reset" and value.lower() not in ("latest", "earliest"):
+        return f"Invalid value {value} for configuration share.auto.offset.reset: String must be one of: latest, earliest"
+    if name == "share.record.lock.duration.ms":
+        try:
+            if int(value) < 1000:
+                return f"Invalid value {value} for configuration share.record.lock.duration.ms: Value must be at least 1000"
+        except ValueError:
+            return f"Invalid value {value} for configuration share.record.lock.duration.ms: Not a number of type INT"
+    return None
+
+
+async def _describe_group_configs(ctx: RequestContext, r: Any, include_docs: bool) -> dict[str, Any]:
+    share = _share(ctx)
+    entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": GROUP_RESOURCE,
+                             "resource_name": r.resource_name, "configs": []}
+    if share is None:
+        entry.update(error_code=ErrorCode.coordinator_not_available, error_message="The coordinator is not available.")
+        return entry
+    try:
+        current = await share.load_group_configs(r.resource_name)
+    except OffsetStoreError as err:
+        entry.update(error_code=err.error_code, error_message=str(err))
+        return entry
+    keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    defaults = {"share.auto.offset.reset": "latest",
+                "share.record.lock.duration.ms": str(share.cfg("group.share.record.lock.duration.ms"))}
+    for name, (type_, doc) in sorted(SHARE_GROUP_CONFIGS.items()):
+        if keys is not None and name not in keys:
+            continue
+        set_here = name in current
+        entry["configs"].append({"name": name, "value": current.get(name, defaults[name]), "read_only": False,
+                                 "config_source": 8 if set_here else 5, "is_sensitive": False, "synonyms": [],
+                                 "config_type": _TYPE_CODES[type_], "documentation": doc if include_docs else None})
+    return entry
+
+
+async def _alter_group_configs(ctx: RequestContext, r: Any, changes: dict[str, str | None], incremental: bool,
+                               validate_only: bool) -> dict[str, Any]:
+    share = _share(ctx)
+    entry = {"error_code": 0, "error_message": None, "resource_type": GROUP_RESOURCE, "resource_name": r.resource_name}
+    if share is None:
+        entry.update(error_code=ErrorCode.coordinator_not_available, error_message="The coordinator is not available.")
+        return entry
+    if not r.resource_name:
+        entry.update(error_code=ErrorCode.invalid_request, error_message="The group id must not be empty.")
+        return entry
+    for name, value in changes.items():
+        problem = _check_group_config(name, value)
+        if problem:
+            entry.update(error_code=ErrorCode.invalid_config, error_message=problem)
+            return entry
+    try:
+        current = await share.load_group_configs(r.resource_name) if incremental else {}
+        new = dict(current)
+        for name, value in changes.items():
+            if value is None:
+                new.pop(name, None)
+            else:
+                new[name] = value.lower() if name == "share.auto.offset.reset" else value
+        if not validate_only:
+            await share.set_group_configs(r.resource_name, new)
+    except OffsetStoreError as err:
+        entry.update(error_code=err.error_code, error_message=str(err))
+    return entry
+
+
+def _wrap_config_apis() -> None:
+    """Put the GROUP resources of DescribeConfigs (32), AlterConfigs (33) and
+    IncrementalAlterConfigs (44) here, the rest to admin.py's handlers, answers in request order."""
+    import dataclasses
+
+    import kcli.broker.handlers.admin  # noqa: F401 (its handlers must be registered first)
+    from kcli.broker.dispatch import HANDLERS
+
+    def wrap(api_key: int, array_in: str, array_out: str, one: Any) -> None:
+        base = HANDLERS[api_key]
+        if getattr(base.fn, "_share_group_configs", False):
+            return
+        inner = base.fn
+
+        async def fn(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+            resources = list(getattr(req, array_in))
+            if not any(int(r.resource_type) == GROUP_RESOURCE for r in resources):
+                return await inner(ctx, req)
+            others = [r for r in resources if int(r.resource_type) != GROUP_RESOURCE]
+            body = await inner(ctx, dataclasses.replace(req, **{array_in: tuple(others)})) if others else \
+                {"throttle_time": 0, array_out: []}
+            theirs = iter(body.get(array_out) or [])
+            merged = []
+            for r in resources:
+                merged.append(await one(ctx, req, r) if int(r.resource_type) == GROUP_RESOURCE else next(theirs))
+            body[array_out] = merged
+            return body
+
+        fn._share_group_configs = True  # type: ignore[attr-defined]
+        handler(api_key, base.name, base.min_version, base.max_version)(fn)
+
+    async def describe_one(ctx: RequestContext, req: Any, r: Any) -> dict[str, Any]:
+        return await _describe_group_configs(ctx, r, bool(getattr(req, "include_documentation", False)))
+
+    async def alter_one(ctx: RequestContext, req: Any, r: Any) -> dict[str, Any]:
+        return await _alter_group_configs(ctx, r, {c.name: c.value for c in r.configs}, False, bool(req.validate_only))
+
+    async def incremental_one(ctx: RequestContext, req: Any, r: Any) -> dict[str, Any]:
+        changes: dict[str, str | None] = {}
+        for c in r.configs:
+            op = int(c.config_operation)
+            if op not in (0, 1):
+                return {"error_code": ErrorCode.invalid_config, "error_message":
+                        f"Config value append is not allowed for config key: {c.name}",
+                        "resource_type": GROUP_RESOURCE, "resource_name": r.resource_name}
+            changes[c.name] = c.value if op == 0 else None
+        return await _alter_group_configs(ctx, r, changes, True, bool(req.validate_only))
+
+    wrap(32, "resources", "results", describe_one)
+    wrap(33, "resources", "responses", alter_one)
+    wrap(44, "resources", "responses", incremental_one)
+
+
+_wrap_config_apis()

@@ -14,5 +14,8 @@ were computed from (kcli/cluster/conflicts.py), so a stale or cut-off leader can
 A follower that meets a new leader epoch truncates its log to the new leader with
 OffsetForLeaderEpoch before it fetches. Partitions with one replica never reach this package:
 their path is the one they had before replication existed (no tasks, high watermark = log end).
+Consumers may read followers (``read_replica``, KIP-392), catching-up replicas are throttled by
+Kafka's replication throttle configs (``throttle``, KIP-73), and a tiered partition's new replica
+starts at the remote tier's end (``fetcher``, KIP-405/KIP-1023).
 docs/replication.md describes it for operators.
 """

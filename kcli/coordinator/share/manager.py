@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from typing import Any, Iterable
 
@@ -49,6 +48,7 @@ _DEFAULTS = {
 SWEEP_S = 0.1
 READ_MAX_BYTES = 1024 * 1024  # one read of a share fetch (the first batch may exceed it)
 AUTO_OFFSET_RESET = "share.auto.offset.reset"  # Kafka's group config; latest by default
+LOCK_DURATION = "share.record.lock.duration.ms"  # Kafka's group config; the broker's by default
 
 
 class _Slot:
@@ -127,9 +127,25 @@ class ShareCoordinator(ShareGroupListener):
     def leads(self, t: Any, idx: int) -> bool:
         return self.leader_of(t, idx) == self.broker.node_id
 
-    # -- group configs (share.auto.offset.reset)
+    # -- group configs (Kafka's GroupConfig, the share ones; IncrementalAlterConfigs on a GROUP resource)
     def auto_offset_reset(self, group_id: str) -> str:
         return (self.group_configs.get(group_id, {}).get(AUTO_OFFSET_RESET) or "latest").lower()
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        value = self.group_configs.get(group_id, {}).get(LOCK_DURATION)
+        return int(value) if value else self.cfg("group.share.record.lock.duration.ms")
+
+    async def load_group_configs(self, group_id: str) -> dict[str, str]:
+        configs = await self.persister.group_configs(group_id)
+        self.group_configs[group_id] = configs
+        return configs
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        await self.persister.write_group_configs(group_id, configs)
+        self.group_configs[group_id] = dict(configs)
+        for (gid, _t, _p), sp in self.partitions.items():
+            if gid == group_id:
+                sp.lock_ms = self.lock_duration_ms(group_id)
 
     # -- share partitions
     async def partition(self, group_id: str, t: Any, idx: int) -> SharePartition:
@@ -148,7 +164,8 @@ class ShareCoordinator(ShareGroupListener):
 
     async def _load(self, group_id: str, t: Any, idx: int) -> SharePartition:
         key = (group_id, t.name, idx)
-        sp = SharePartition(group_id, t.name, idx, lock_ms=self.cfg("group.share.record.lock.duration.ms"),
+        await self.load_group_configs(group_id)
+        sp = SharePartition(group_id, t.name, idx, lock_ms=self.lock_duration_ms(group_id),
                             max_delivery=self.cfg("group.share.delivery.count.limit"),
                             max_locks=self.cfg("group.share.partition.max.record.locks"))
         state = await self.persister.read(group_id, t.name, idx)
@@ -158,9 +175,9 @@ class ShareCoordinator(ShareGroupListener):
                 sp.state_epoch += 1  # this leader's epoch: an older leader's writes are refused from now on
                 await self.persister.write(group_id, t.name, idx, sp.snapshot())
         else:
-            hw, start = self.broker.partition_offsets(t, idx)
-            first = start if self.auto_offset_reset(group_id) == "earliest" else hw
-            sp.start_offset = sp.end_offset = max(first, 0)
+            earliest = self.auto_offset_reset(group_id) == "earliest"
+            first, _ts = await self.broker.list_offset(t, idx, -2 if earliest else -1)
+            sp.start_offset = sp.end_offset = max(int(first), 0)
             await self.persister.write(group_id, t.name, idx, sp.snapshot())
             self._mark_group(group_id)
         log.info("share partition %s %s-%d loaded: start offset %d, end offset %d, state epoch %d",
@@ -335,7 +352,7 @@ class ShareCoordinator(ShareGroupListener):
         the stored batches that hold them. Raises OffsetStoreError, or errors with ``.code``."""
         b = self.broker
         sp = await self.partition(group_id, t, idx)
-        hw, log_start = b.partition_offsets(t, idx)
+        hw, log_start = await self.offsets(t, idx)
         changed = log_start >= 0 and sp.move_start(log_start)
         ranges: list[tuple[int, int, int]] = []
         used: dict[int, Batch] = {}
@@ -365,23 +382,30 @@ class ShareCoordinator(ShareGroupListener):
         data = b"".join(bytes(used[k].data) for k in sorted(used))
         return ranges, data
 
+    async def offsets(self, t: Any, idx: int) -> tuple[int, int]:
+        """(high watermark, log start offset), asking the log or the batch coordinator when the
+        broker's cached view has none yet (a diskless partition nobody produced to through it)."""
+        hw, start = self.broker.partition_offsets(t, idx)
+        if hw < 0 or start < 0:
+            try:
+                hw = int((await self.broker.list_offset(t, idx, -1))[0])
+                start = int((await self.broker.list_offset(t, idx, -2))[0])
+            except Exception as err:  # not hosted here, offline: the caller sees -1
+                if getattr(err, "code", None) is None:
+                    raise
+                return -1, -1
+        return hw, start
+
     async def _read(self, t: Any, idx: int, offset: int, limit: int, sp: SharePartition) -> Any:
         try:
             return await self.broker.read_partition(t, idx, offset, limit, min_one=True)
         except Exception as err:
             if getattr(err, "code", None) == ErrorCode.offset_out_of_range:
-                _hw, log_start = self.broker.partition_offsets(t, idx)
+                _hw, log_start = await self.offsets(t, idx)
                 if log_start >= 0 and sp.move_start(log_start):
                     self._persist_behind(sp)
                 return None
             raise
-
-    def has_available(self, group_id: str, t: Any, idx: int) -> bool:
-        sp = self.partitions.get((group_id, t.name, idx))
-        if sp is None:
-            return True
-        hw, _ = self.broker.partition_offsets(t, idx)
-        return sp.has_available(hw)
 
     # -- acknowledging
     async def acknowledge(self, group_id: str, member_id: str, t: Any, idx: int,
@@ -409,10 +433,10 @@ class ShareCoordinator(ShareGroupListener):
                 out[(topic, idx)] = sp.snapshot()
         return out
 
-    def lag(self, t: Any, idx: int, state: dict[str, Any]) -> int:
+    async def lag(self, t: Any, idx: int, state: dict[str, Any]) -> int:
         """Kafka's share-partition lag (KIP-1226): records from the SPSO to the high watermark not
-        yet acknowledged or archived."""
-        hw, _ = self.broker.partition_offsets(t, idx)
+        yet acknowledged or archived (-1 when this broker cannot tell the high watermark)."""
+        hw, _ = await self.offsets(t, idx)
         if hw < 0:
             return -1
         spso = int(state.get("start_offset", 0))
@@ -460,7 +484,3 @@ class ShareCoordinator(ShareGroupListener):
         for key, sp in list(self.partitions.items()):
             if key[1] == topic:
                 self._drop(sp)
-
-
-def monotonic_deadline(max_wait_ms: int) -> float:
-    return time.monotonic() + max(max_wait_ms, 0) / 1000.0

@@ -24,6 +24,8 @@ from kcli.coordinator.group.offsets import OffsetStoreError
 
 log = logging.getLogger("kcli.coordinator.share.persister")
 
+CONFIGS_KEY = ("", -1)  # (topic, partition) under which a group's configs are stored
+
 
 class SharePersister:
     def __init__(self, store: Any) -> None:
@@ -47,7 +49,20 @@ class SharePersister:
     async def states(self, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, Any]]:
         if not self.supported:
             return {}
-        return await self.store.share_states(group_id)
+        return {k: v for k, v in (await self.store.share_states(group_id)).items() if k[1] != CONFIGS_KEY[0]}
+
+    # A share group's configs (Kafka's group configs: share.auto.offset.reset, ...) are kept beside
+    # its partitions' states, under the pseudo partition ("", -1), so both stores hold them as is.
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        if not self.supported:
+            return {}
+        state = await self.store.share_state_read(group_id, *CONFIGS_KEY)
+        return dict((state or {}).get("configs") or {})
+
+    async def write_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        if self.supported:
+            await self.store.share_state_write(group_id, *CONFIGS_KEY, {"state_epoch": 0, "start_offset": 0,
+                                                                       "batches": [], "configs": dict(configs)})
 
     async def delete(self, group_id: str, topic: str | None = None) -> None:
         if self.supported:

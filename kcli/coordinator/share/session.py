@@ -72,7 +72,8 @@ class ShareSessionCache:
         if epoch == FINAL_EPOCH:
             if added:
                 raise ShareSessionError(ErrorCode.invalid_request,
-                                        "A final ShareFetch request must not name partitions to fetch.")
+                                        "A final ShareFetch request must not name partitions to fetch "
+                                        "(only partitions with acknowledgements).")
             if key not in self.sessions:
                 raise ShareSessionError(ErrorCode.share_session_not_found,
                                         f"Share session for member {member_id} of group {group_id} not found.")

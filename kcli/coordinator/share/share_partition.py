@@ -157,19 +157,8 @@ class SharePartition:
                 return o
         return None
 
-    def has_available(self, high_watermark: int) -> bool:
-        return self.available_in_window() is not None or (
-            self.end_offset < high_watermark and self.end_offset - self.start_offset < self.max_locks)
-
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
-
-    def counts(self) -> dict[str, int]:
-        out = {name: 0 for name in STATE_NAMES.values()}
-        for o in range(self.start_offset, self.end_offset):
-            r = self.records.get(o)
-            out[STATE_NAMES[r.state if r is not None else AVAILABLE]] += 1
-        return out
 
     # -- the log moved
     def move_start(self, log_start: int) -> bool:

@@ -464,7 +464,7 @@ class TransactionCoordinator:
                     await self._persist(new)
                     await self._complete(new)
                     cur = self.txns.get(tid, new)
-                    if cur.state == done and cur.producer_epoch >= MAX_EPOCH:  # epochs exhausted: a new id
+                    if cur.state == done and epoch >= MAX_EPOCH:  # epochs exhausted (the marker had 32767): a new id
                         cur = replace(cur, producer_id=self.broker.allocate_producer_id(), producer_epoch=0)
                         await self._persist(cur)
                 except TransactionStateError as err:
