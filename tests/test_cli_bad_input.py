@@ -118,6 +118,29 @@ CASES: dict[str, list[Case]] = {
         O("groups", "delete-offsets", "-g", "no-such-group", "--topic", CLASSIC, needle="GROUP_ID_NOT_FOUND"),
         O("groups", "delete-offsets", "-g", "g", "--topic", MISSING, needle=MISSING),
     ],
+    "share-groups list": [
+        O("share-groups", "list", "--state", "Sleeping", code=2, needle="Sleeping"),
+    ],
+    "share-groups describe": [
+        C("share-groups", "describe", needle="--group"),
+        O("share-groups", "describe", "-g", "no-such-group", needle="GROUP_ID_NOT_FOUND"),
+    ],
+    "share-groups reset-offsets": [
+        C("share-groups", "reset-offsets", "-g", "g", needle="exactly one"),
+        C("share-groups", "reset-offsets", "-g", "g", "--topic", CLASSIC, "--to-earliest", "--to-latest",
+          needle="exactly one"),
+        C("share-groups", "reset-offsets", "-g", "g", "--topic", CLASSIC, "--to-offset", "-1", needle="--to-offset"),
+        C("share-groups", "reset-offsets", "-g", "g", "--topic", CLASSIC, "--to-earliest", "--execute", "--dry-run",
+          needle="--dry-run"),
+        O("share-groups", "reset-offsets", "-g", "g", "--topic", MISSING, "--to-earliest", needle=MISSING),
+    ],
+    "share-groups delete-offsets": [
+        C("share-groups", "delete-offsets", "-g", "g", needle="--topic"),
+    ],
+    "share-groups delete": [
+        C("share-groups", "delete", needle="--group"),
+        O("share-groups", "delete", "-g", "no-such-group", needle="GROUP_ID_NOT_FOUND"),
+    ],
     "dump-log": [
         C("dump-log", needle="PATH"),
         C("dump-log", "{tmp}/does-not-exist.log", code=1, needle="does-not-exist.log"),

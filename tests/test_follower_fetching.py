@@ -127,3 +127,35 @@ def test_a_consumer_with_client_rack_reads_from_the_follower_of_its_rack(rc):
     wait_for(lambda: int(wire_fetch(b3.bootstrap, "ff", 0, "c", epoch=1).error_code) == 0, 10,
              "broker 3 to follow in epoch 1")
     assert int(wire_fetch(b3.bootstrap, "ff", 0, "c", epoch=0).error_code) == ErrorCode.fenced_leader_epoch
+
+
+def test_a_follower_behind_the_consumer_answers_offset_not_available(rc):
+    """A replica still catching up (a reassignment added it, its fetches throttled) has not the
+    consumer's offset: it answers OFFSET_NOT_AVAILABLE, and the leader does not point a consumer
+    of its rack at it for that offset (only for one it has)."""
+    from tests.test_replication_throttle import alter
+    from confluent_kafka.admin import ResourceType
+
+    b1, b3 = rc.brokers[1], rc.brokers[3]
+    admin = AdminClient({"bootstrap.servers": rc.bootstrap})
+    admin.create_topics([NewTopic("fb", 1, replica_assignment=[[1, 2]])])["fb"].result(20)
+    p = Producer({"bootstrap.servers": rc.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 8192})
+    for i in range(2000):
+        p.produce("fb", b"%06d-" % i + b"w" * 120, partition=0)
+    assert p.flush(30) == 0
+    alter(rc.bootstrap, ResourceType.BROKER, "3", {"follower.replication.throttled.rate": "20000"})
+    alter(rc.bootstrap, ResourceType.TOPIC, "fb", {"follower.replication.throttled.replicas": "0:3"})
+    try:
+        with WireClient(b1.bootstrap) as c:
+            resp = c.request(45, 0, {"timeout_ms": 10000, "topics": [
+                {"name": "fb", "partitions": [{"partition_index": 0, "replicas": [1, 2, 3]}]}]})
+        assert int(resp.responses[0].partitions[0].error_code) == 0
+        wait_for(lambda: int(wire_fetch(b3.bootstrap, "fb", 1999, "c").error_code) == ErrorCode.offset_not_available,
+                 10, "broker 3, behind, to answer OFFSET_NOT_AVAILABLE")
+        ahead = wire_fetch(b1.bootstrap, "fb", 1999, "c")  # the leader serves what broker 3 lacks
+        assert int(ahead.preferred_read_replica) == -1 and ahead.records
+        assert int(wire_fetch(b1.bootstrap, "fb", 0, "c").preferred_read_replica) == 3  # it has offset 0
+    finally:
+        alter(rc.bootstrap, ResourceType.BROKER, "3", {"follower.replication.throttled.rate": None})
+        alter(rc.bootstrap, ResourceType.TOPIC, "fb", {"follower.replication.throttled.replicas": None})
+    wait_for(lambda: len(describe(rc.bootstrap, "fb")[0].isrs) == 3, 30, "broker 3 in the ISR of fb")

@@ -13,7 +13,6 @@ import textwrap
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -681,8 +680,9 @@ def test_tiered_partition_is_shared_from_the_remote_tier(broker_factory):
 
     b = broker_factory({**TIERED_BROKER, **BROKER_CONFIGS})
     topic, group = "share-tiered", "tiered-workers"
-    AdminClient({"bootstrap.servers": b.bootstrap}).create_topics(
-        [NewTopic(topic, 1, 1, config=TIERED_TOPIC)])[topic].result(20)
+    from tests.kafka_helpers import create_topic
+
+    create_topic(b.bootstrap, topic, 1, TIERED_TOPIC)
     fill(b.bootstrap, topic, 0, 600)
     local_start = wait_until("the local log to start above 0", lambda: list_offset(b.bootstrap, topic, -4) or None)
     assert list_offset(b.bootstrap, topic, -2) == 0

@@ -7,11 +7,6 @@ operation first asks :meth:`GroupCoordinator.route` whether this broker coordina
 (in a cluster another broker may: NOT_COORDINATOR, and the client asks FindCoordinator again).
 Field names are those of each API's newest version; the codec drops what an older version lacks.
 """
-# >>> TEMPORARY NOTE TO THE ENGINEERS WORKING RIGHT NOW (the lead removes this block; leave it) >>>
-# The house rules for your task are in /tmp/briefs/rules.md: read that file now and follow it
-# (no git commands at all; run only your own test files, never the whole suite; new tests < 60 s;
-# report by 05:05 UTC with CHANGELOG bullets; do not edit CHANGELOG.md or README.md).
-# <<< END OF TEMPORARY NOTE <<<
 
 from __future__ import annotations
 

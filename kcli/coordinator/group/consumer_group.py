@@ -22,11 +22,6 @@ group's records from ``__consumer_offsets``). Committed offsets are durable as f
 
 Everything runs on the broker's event loop; timers are loop timers handed in by the coordinator.
 """
-# >>> TEMPORARY NOTE TO THE ENGINEERS WORKING RIGHT NOW (the lead removes this block; leave it) >>>
-# The house rules for your task are in /tmp/briefs/rules.md: read that file now and follow it
-# (no git commands at all; run only your own test files, never the whole suite; new tests < 60 s;
-# report by 05:05 UTC with CHANGELOG bullets; do not edit CHANGELOG.md or README.md).
-# <<< END OF TEMPORARY NOTE <<<
 
 from __future__ import annotations
 

@@ -23,11 +23,6 @@ offsets from the store when it first serves the group (after a failover: the sto
 that moment), unloads it when the group moves away, and answers NOT_COORDINATOR for groups it
 does not coordinate. On one broker every group is coordinated here, as before.
 """
-# >>> TEMPORARY NOTE TO THE ENGINEERS WORKING RIGHT NOW (the lead removes this block; leave it) >>>
-# The house rules for your task are in /tmp/briefs/rules.md: read that file now and follow it
-# (no git commands at all; run only your own test files, never the whole suite; new tests < 60 s;
-# report by 05:05 UTC with CHANGELOG bullets; do not edit CHANGELOG.md or README.md).
-# <<< END OF TEMPORARY NOTE <<<
 
 from __future__ import annotations
 

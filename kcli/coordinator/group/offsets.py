@@ -2,11 +2,6 @@
 through, and the one-broker :class:`OffsetStore` (``<data_dir>/__consumer_offsets/offsets.log``,
 one ``<crc32c hex> <json>`` line per record, fsynced before a commit is answered). The cluster's
 PostgreSQL store (kcli.cluster.pg_offsets) implements the same contract."""
-# >>> TEMPORARY NOTE TO THE ENGINEERS WORKING RIGHT NOW (the lead removes this block; leave it) >>>
-# The house rules for your task are in /tmp/briefs/rules.md: read that file now and follow it
-# (no git commands at all; run only your own test files, never the whole suite; new tests < 60 s;
-# report by 05:05 UTC with CHANGELOG bullets; do not edit CHANGELOG.md or README.md).
-# <<< END OF TEMPORARY NOTE <<<
 
 from __future__ import annotations
 

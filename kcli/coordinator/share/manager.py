@@ -188,7 +188,8 @@ class ShareCoordinator(ShareGroupListener):
     def _mark_group(self, group_id: str) -> None:
         """So ListGroups still names a share group with state but no members (after a restart)."""
         store = self.coord.store
-        if store.protocol_types.get(group_id) != SHARE_PROTOCOL_TYPE and self.coord.owns(group_id):
+        if store.protocol_types.get(group_id) != SHARE_PROTOCOL_TYPE and self.coord.owns(group_id) \
+                and (self.broker.metadata.single_broker or group_id in self.coord._loaded):  # the group's writer
             try:
                 store.append_behind([{"type": "group", "group": group_id, "protocol_type": SHARE_PROTOCOL_TYPE}])
             except OffsetStoreError:
@@ -350,7 +351,6 @@ class ShareCoordinator(ShareGroupListener):
                       max_bytes: int) -> tuple[list[tuple[int, int, int]], bytes]:
         """Acquire up to ``max_records`` records of (t, idx) for a member: the acquired ranges and
         the stored batches that hold them. Raises OffsetStoreError, or errors with ``.code``."""
-        b = self.broker
         sp = await self.partition(group_id, t, idx)
         hw, log_start = await self.offsets(t, idx)
         changed = log_start >= 0 and sp.move_start(log_start)
