@@ -270,6 +270,40 @@ def test_fetch_and_list_offsets_per_topic(authz_broker):
         c2.close()
 
 
+def test_share_fetch_needs_read_on_the_group_and_on_each_topic(authz_broker):
+    """KIP-932's ShareFetch and ShareAcknowledge: READ on the share group, then READ per topic; a
+    denied topic's partitions answer TOPIC_AUTHORIZATION_FAILED, the allowed one reaches the handler."""
+    bs = authz_broker.bootstrap
+    produce_errors(bs, "admin", "other")
+    produce_errors(bs, "admin", "logs-app")
+    allow(bs, "User:bob", AclOperation.READ, ResourceType.TOPIC, "logs-app")
+    allow(bs, "User:bob", AclOperation.READ, ResourceType.GROUP, "sg-authz")
+    with WireClient(bs) as a:
+        md = login(a, "admin").request(3, 12, {"topics": [{"name": t, "topic_id": None} for t in ("other", "logs-app")],
+                                               "allow_auto_topic_creation": False,
+                                               "include_topic_authorized_operations": False})
+    ids = {t.name: t.topic_id for t in md.topics}
+    with WireClient(bs) as c:
+        login(c, "bob")
+        topics = [{"topic_id": ids[t], "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}
+                  for t in ("other", "logs-app")]
+
+        def codes(resp: Any) -> dict[str, int]:
+            names = {v: k for k, v in ids.items()}
+            return {names[t.topic_id]: int(t.partitions[0].error_code) for t in resp.responses}
+
+        fetch = {"member_id": str(uuid.uuid4()), "share_session_epoch": 0, "max_wait": 0, "min_bytes": 0,
+                 "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100, "topics": topics,
+                 "forgotten_topics_data": []}
+        r = c.request(78, 1, {"group_id": "sg-authz", **fetch})
+        assert codes(r).get("other") == TOPIC_DENIED and codes(r).get("logs-app") != TOPIC_DENIED, r
+        r = c.request(78, 1, {"group_id": "sg-other", **fetch})
+        assert int(r.error_code) == GROUP_DENIED
+        r = c.request(79, 1, {"group_id": "sg-authz", "member_id": fetch["member_id"], "share_session_epoch": 1,
+                              "topics": topics})
+        assert codes(r).get("other") == TOPIC_DENIED, r
+
+
 def test_admin_apis_answer_per_entry(authz_broker):
     bs = authz_broker.bootstrap
     alice = admin_of(bs, "alice")

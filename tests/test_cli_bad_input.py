@@ -237,6 +237,12 @@ CASES: dict[str, list[Case]] = {
         C("partitions", "reassign", "execute", "--reassignment-json-file", "{tmp}/missing.json", needle="missing.json"),
         O("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "1,99",
           code=2, needle="99"),
+        C("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "1",
+          "--throttle", "0", needle="--throttle"),
+        O("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "1",
+          "--throttle", "-5", code=2, needle="--throttle"),
+        C("partitions", "reassign", "execute", "-t", CLASSIC, "--partition", "0", "--replicas", "1",
+          "--throttle", "fast", needle="--throttle"),
     ],
     "partitions reassign verify": [
         C("partitions", "reassign", "verify", needle="--reassignment-json-file"),

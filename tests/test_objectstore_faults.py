@@ -54,6 +54,29 @@ def test_without_faults_it_is_the_delegate(tmp_path):
     assert (tmp_path / "objects").is_dir() and not (tmp_path / "objects" / "wal" / "a").exists()
 
 
+def test_a_torn_prefix_marker_of_this_broker_is_written_again(tmp_path):
+    """A partial upload of the prefix marker (a store that is not atomic) left half of this
+    process's own marker: the claim writes it again once the store works, instead of refusing the
+    prefix forever (which stopped every orphan scan); another torn or foreign marker is still refused."""
+    from kcli.diskless.identity import PREFIX_MARKER_KEY, DisklessIdentityError, PrefixClaim
+
+    switch = tmp_path / "faults-on"
+    switch.touch()
+    store = faulty(tmp_path, partial_upload_rate="1", switch_file=str(switch), key_prefixes=PREFIX_MARKER_KEY)
+    claim = PrefixClaim(store, "cluster-a")
+    with pytest.raises(StorageBackendException):
+        claim.ensure()
+    local = LocalObjectStorage(tmp_path / "objects")
+    torn = local.fetch(PREFIX_MARKER_KEY)
+    assert 0 < len(torn) < len(claim.own_writes[0]), "the marker is torn"
+    switch.unlink()
+    claim.ensure()
+    assert json.loads(local.fetch(PREFIX_MARKER_KEY))["cluster_id"] == "cluster-a"
+    local.upload(PREFIX_MARKER_KEY, torn, len(torn))  # not this process's write any more
+    with pytest.raises(DisklessIdentityError, match="not a kcli prefix marker"):
+        PrefixClaim(LocalObjectStorage(tmp_path / "objects"), "cluster-a").ensure()
+
+
 def test_failures_follow_the_seed_and_hit_only_the_chosen_operations(tmp_path):
     def pattern(seed: str) -> list[bool]:
         s = faulty(tmp_path, failure_rate="0.5", seed=seed, failure_operations="upload")

@@ -73,6 +73,12 @@ ELSEWHERE = {
     "partitions reassign execute": "tests/test_replication_admin.py",
     "partitions reassign verify": "tests/test_replication_admin.py",
     "partitions reassign cancel": "tests/test_replication_admin.py",
+    # a share group (KIP-932) with a member needs a ShareConsumer
+    "share-groups list": "tests/test_share_groups.py",
+    "share-groups describe": "tests/test_share_groups.py",
+    "share-groups reset-offsets": "tests/test_share_groups.py",
+    "share-groups delete-offsets": "tests/test_share_groups.py",
+    "share-groups delete": "tests/test_share_groups.py",
     "partitions reassign list": "tests/test_replication_admin.py",
 }
 # Documented fields no case can produce against kcli's broker, with the reason.

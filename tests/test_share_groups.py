@@ -25,6 +25,7 @@ from kcli.coordinator.share.session import ShareSessionCache, ShareSessionError
 from kcli.coordinator.share.share_partition import (ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, GAP, RELEASE, REJECT,
                                                     Batch, SharePartition)
 from kcli.protocol.client import WireClient
+from tests.test_output_formats import assert_documented
 from tests.brokerproc import BrokerProcess
 from tests.fixtures_pg import pg_database, pg_server  # noqa: F401 - fixtures
 
@@ -494,6 +495,7 @@ def test_cli_list_describe_reset_and_delete(sbroker):
     dry = _kcli(sbroker.bootstrap, "-o", "json", "share-groups", "reset-offsets", "--group", group, "--topic", topic,
                 "--to-latest")
     plan = json.loads(dry.stdout)
+    assert_documented("kcli share-groups reset-offsets", plan)
     assert plan["dry_run"] and [(o["partition"], o["new_start_offset"]) for o in plan["offsets"]] == [(0, 6), (1, 4)]
     assert group not in _kcli(sbroker.bootstrap, "share-groups", "list").stdout.split()  # nothing was changed
     _kcli(sbroker.bootstrap, "share-groups", "reset-offsets", "--group", group, "--topic", f"{topic}:1",
@@ -508,6 +510,8 @@ def test_cli_list_describe_reset_and_delete(sbroker):
             got += [(m.partition(), m.offset()) for m in c.poll(0.5) if m.error() is None]
         text = _kcli(sbroker.bootstrap, "share-groups", "describe", "--group", group).stdout
         assert "Stable" in text and "START-OFFSET" in text and "CONSUMER-ID" in text
+        assert_documented("kcli share-groups describe", json.loads(
+            _kcli(sbroker.bootstrap, "-o", "json", "share-groups", "describe", "--group", group).stdout))
         refused = _kcli(sbroker.bootstrap, "share-groups", "delete", "--group", group, check=False)
         assert refused.returncode != 0 and "NON_EMPTY_GROUP" in refused.stderr
         busy = _kcli(sbroker.bootstrap, "share-groups", "reset-offsets", "--group", group, "--all-topics",
@@ -519,7 +523,14 @@ def test_cli_list_describe_reset_and_delete(sbroker):
     assert sorted(got) == [(1, 2), (1, 3)]
     listed = json.loads(_kcli(sbroker.bootstrap, "-o", "json", "share-groups", "list", "--state", "Empty").stdout)
     assert {"group": group, "state": "Empty", "type": "share"} in listed
-    _kcli(sbroker.bootstrap, "share-groups", "delete", "--group", group)
+    assert_documented("kcli share-groups list", listed)
+    dropped = json.loads(_kcli(sbroker.bootstrap, "-o", "json", "share-groups", "delete-offsets", "--group", group,
+                               "--topic", topic).stdout)
+    assert dropped == [{"topic": topic, "error": None}]
+    assert_documented("kcli share-groups delete-offsets", dropped)
+    deleted = json.loads(_kcli(sbroker.bootstrap, "-o", "json", "share-groups", "delete", "--group", group).stdout)
+    assert_documented("kcli share-groups delete", deleted)
+    assert deleted == [{"group": group, "deleted": True, "error": None}]
     assert group not in _kcli(sbroker.bootstrap, "share-groups", "list").stdout.split()
     gone = _kcli(sbroker.bootstrap, "share-groups", "describe", "--group", group, check=False)
     assert gone.returncode != 0 and "does not exist" in gone.stderr

@@ -94,6 +94,13 @@ TOPIC = typer.Option(None, "--topic", "-t", autocompletion=complete_topic, help=
 PARTITION = typer.Option(None, "--partition", min=0, help="Partition of --topic.")
 
 
+def _warn_unreachable(unreachable: dict[int, str]) -> None:
+    """A broker that did not answer keeps its throttle rates: say so, and how to remove them."""
+    for broker, error in sorted(unreachable.items()):
+        sys.stderr.write(f"kcli: warning: could not remove the replication throttle rates of broker {broker} "
+                         f"({error}); run verify again once it is back\n")
+
+
 @reassign_app.command("plan")
 def plan(
     ctx: typer.Context,
@@ -140,24 +147,35 @@ def execute(
     replicas: Optional[str] = typer.Option(None, "--replicas", help="Target replicas of --topic/--partition: 1,2,3 "
                                                                       "(the first is the preferred leader)."),
     additional: bool = typer.Option(False, "--additional", help="Start even though other reassignments run."),
+    throttle: Optional[int] = typer.Option(None, "--throttle", min=1, metavar="BYTES_PER_SEC",
+                                           help="Limit the catch-up of the moving replicas to this many bytes/s "
+                                                "(Kafka's replication throttle configs; `verify` removes them)."),
 ) -> None:
     """Start reassignments (AlterPartitionReassignments; kafka-reassign-partitions --execute).
 
     New replicas copy the leader and join the ISR; then the removed replicas are dropped and their
-    logs deleted. A broker that is not live is refused (exit 2) and nothing changes.
+    logs deleted. A broker that is not live is refused (exit 2) and nothing changes. With
+    --throttle, leader.replication.throttled.replicas / follower.replication.throttled.replicas
+    are set on the topics and leader/follower.replication.throttled.rate on the brokers involved;
+    run `verify` until the move completes to remove them. Re-running with --additional and a new
+    --throttle while the move runs only changes the rates.
 
-    Example: kcli partitions reassign execute --topic orders --partition 0 --replicas 2,3,4
+    Example: kcli partitions reassign execute --topic orders --partition 0 --replicas 2,3,4 --throttle 50000000
     """
     targets = _targets(reassignment_json_file, topic, partition, replicas)
     if any(not r for r in targets.values()):
         raise UsageError("Partition replica list cannot be empty")
     opts = options(ctx)
     with connect(opts) as conn:
-        current, results = ops.execute(conn, targets, additional=additional)
+        current, results = ops.execute(conn, targets, additional=additional, throttle=throttle)
     ops.raise_if_failed(results, "Error reassigning partition(s)")
     names = [f"{t}-{p}" for t, p in sorted(targets)]
 
     def table() -> None:
+        if throttle is not None:
+            sys.stdout.write("Warning: You must run --verify periodically, until the reassignment completes, to "
+                             "ensure the throttle is removed.\n")
+            sys.stdout.write(f"The inter-broker throttle limit was set to {throttle} B/s\n")
         sys.stdout.write(f"Current partition replica assignment\n\n{ops.format_json(current)}\n\n"
                          "Save this to use as the --reassignment-json-file option during rollback\n")
         sys.stdout.write(f"Successfully started partition reassignment{'' if len(names) == 1 else 's'} for "
@@ -165,8 +183,8 @@ def execute(
 
     import json
 
-    render({"previous": json.loads(ops.format_json(current)), "started": [r.to_dict() for r in results]},
-           opts.output, table)
+    render({"previous": json.loads(ops.format_json(current)), "started": [r.to_dict() for r in results],
+            "throttle": throttle}, opts.output, table)
 
 
 @reassign_app.command("verify")
@@ -176,22 +194,35 @@ def verify(
     topic: Optional[str] = TOPIC,
     partition: Optional[int] = PARTITION,
     replicas: Optional[str] = typer.Option(None, "--replicas", help="Target replicas of --topic/--partition."),
+    preserve_throttles: bool = typer.Option(False, "--preserve-throttles",
+                                            help="Keep the replication throttle configs when the moves are done."),
 ) -> None:
     """Show whether reassignments completed (kafka-reassign-partitions --verify).
+
+    When every partition is done, the replication throttles are removed (the topics'
+    leader/follower.replication.throttled.replicas, every live broker's
+    leader/follower.replication.throttled.rate) unless --preserve-throttles.
 
     Example: kcli partitions reassign verify --reassignment-json-file plan.json
     """
     targets = _targets(reassignment_json_file, topic, partition, replicas)
     opts = options(ctx)
+    removed = False
     with connect(opts) as conn:
         states = ops.verify(conn, targets)
+        if all(s.done for s in states) and not preserve_throttles:
+            cleared = ops.clear_throttles(conn, targets)
+            removed = cleared.removed
+            _warn_unreachable(cleared.unreachable)
 
     def table() -> None:
         sys.stdout.write("Status of partition reassignment:\n")
         for s in states:
             sys.stdout.write(s.line() + "\n")
+        if removed:
+            sys.stdout.write("Throttle was removed.\n")
 
-    render(states, opts.output, table)
+    render(states, opts.output, table)  # JSON/YAML keep their documented list shape
 
 
 @reassign_app.command("cancel")
@@ -200,8 +231,12 @@ def cancel(
     reassignment_json_file: Optional[str] = JSON_FILE,
     topic: Optional[str] = TOPIC,
     partition: Optional[int] = PARTITION,
+    preserve_throttles: bool = typer.Option(False, "--preserve-throttles",
+                                            help="Keep the replication throttle configs."),
 ) -> None:
     """Cancel running reassignments: back to the replicas before them (kafka-reassign-partitions --cancel).
+
+    The replication throttles are removed too, unless --preserve-throttles.
 
     Example: kcli partitions reassign cancel --topic orders --partition 0
     """
@@ -209,6 +244,8 @@ def cancel(
     opts = options(ctx)
     with connect(opts) as conn:
         results = ops.cancel(conn, sorted(targets))
+        if not preserve_throttles and not any(r.error for r in results):
+            _warn_unreachable(ops.clear_throttles(conn, targets).unreachable)
     ops.raise_if_failed(results, "Error cancelling partition reassignment(s)")
     names = [r.name for r in results]
 

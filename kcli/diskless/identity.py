@@ -52,8 +52,11 @@ class DisklessIdentityError(OperationError):
     """The coordinator or the object store belongs to another cluster, or lost its state."""
 
 
-def read_prefix_owner(storage: "ObjectStorage") -> str | None:
-    """The cluster id in the prefix marker; None when there is no marker."""
+def read_prefix_owner(storage: "ObjectStorage", own_writes: Iterable[bytes] = ()) -> str | None:
+    """The cluster id in the prefix marker; None when there is no marker. ``own_writes``: the
+    markers this process tried to write: a marker that is a strict prefix of one of them is
+    this process's own torn upload (a store that is not atomic, cut mid-write) and counts as none,
+    so it is written again instead of blocking the claim forever."""
     from plugins.objectstore.base import ObjectNotFound
 
     try:
@@ -65,6 +68,10 @@ def read_prefix_owner(storage: "ObjectStorage") -> str | None:
         if not isinstance(owner, str) or not owner:
             raise ValueError(owner)
     except (ValueError, KeyError, TypeError):
+        if any(len(data) < len(doc) and doc.startswith(data) for doc in own_writes):
+            log.warning("object store %s: %s is a torn copy of the marker this broker was writing; writing it again",
+                        storage.describe(), PREFIX_MARKER_KEY)
+            return None
         raise DisklessIdentityError(
             f"object store {storage.describe()}: {PREFIX_MARKER_KEY} is not a kcli prefix marker;"
             " refusing to use a prefix whose owner is unknown") from None
@@ -78,16 +85,20 @@ def _refuse_foreign_prefix(storage: "ObjectStorage", owner: str, cluster_id: str
         " other's objects); give this broker its own prefix")
 
 
-def claim_prefix(storage: "ObjectStorage", cluster_id: str, owner: str | None = None) -> None:
+def claim_prefix(storage: "ObjectStorage", cluster_id: str, owner: str | None = None,
+                 own_writes: list[bytes] | None = None) -> None:
     """Write the marker if there is none (``owner`` as already read), then check it names us.
-    Read back after writing: of two clusters racing for a new prefix, the loser sees the winner."""
+    Read back after writing: of two clusters racing for a new prefix, the loser sees the winner.
+    ``own_writes`` collects the markers written (see :func:`read_prefix_owner`)."""
+    own_writes = [] if own_writes is None else own_writes
     if owner is None:
-        owner = read_prefix_owner(storage)
+        owner = read_prefix_owner(storage, own_writes)
     if owner is None:
         doc = json.dumps({"cluster_id": cluster_id, "created_at_ms": int(time.time() * 1000),
                           "note": "kcli diskless prefix owner; do not delete"}).encode()
+        own_writes.append(doc)
         storage.upload(PREFIX_MARKER_KEY, doc, len(doc))
-        owner = read_prefix_owner(storage)
+        owner = read_prefix_owner(storage, own_writes)
     if owner != cluster_id:
         _refuse_foreign_prefix(storage, owner or "?", cluster_id)
 
@@ -117,12 +128,13 @@ class PrefixClaim:
         self.storage = storage
         self.cluster_id = cluster_id
         self.verified = False
+        self.own_writes: list[bytes] = []  # markers this process tried to write
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
         with self._lock:
             if not self.verified:
-                claim_prefix(self.storage, self.cluster_id)
+                claim_prefix(self.storage, self.cluster_id, own_writes=self.own_writes)
                 self.verified = True
 
 

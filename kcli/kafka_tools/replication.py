@@ -1,13 +1,15 @@
 """kafka-reassign-partitions.sh (Kafka's ReassignPartitionsCommand) and kafka-leader-election.sh
 (LeaderElectionCommand) over kcli.ops.replicas, with Kafka's flags, output lines and errors.
 
-Not built: replication throttles (``--throttle`` is accepted and said to have no effect) and log
-directory moves (``log_dirs`` other than ``"any"``, ``--replica-alter-log-dirs-throttle``)."""
+``--throttle`` sets Kafka's replication throttle configs (kcli.ops.reassign_throttle); a completed
+``--verify`` and ``--cancel`` clear them unless ``--preserve-throttles``. Not built: log directory
+moves (``log_dirs`` other than ``"any"``, ``--replica-alter-log-dirs-throttle``)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from kcli.errors import KcliError
 from kcli.kafka_tools import common
@@ -22,9 +24,11 @@ def reassign_parser() -> ToolParser:
     for flag in ("verify", "generate", "execute", "cancel", "list", "preserve-throttles", "additional",
                  "disable-rack-aware"):
         p.flag(flag, f"Kafka's --{flag}.")
-    for value in ("reassignment-json-file", "topics-to-move-json-file", "broker-list", "throttle",
+    for value in ("reassignment-json-file", "topics-to-move-json-file", "broker-list",
                   "replica-alter-log-dirs-throttle", "timeout"):
         p.value(value, f"Kafka's --{value}.")
+    p.value("throttle", "The movement of partitions between brokers will be throttled to this value (bytes/sec).",
+            type=common.jopt_int("throttle"))
     return p
 
 
@@ -125,11 +129,13 @@ def reassign_main(argv: list[str]) -> int:
     if not (ns.bootstrap_server or ns.bootstrap_controller):
         raise ToolError("Please specify --bootstrap-server")
     if action in ("execute", "verify", "cancel") and ns.reassignment_json_file is None:
-        raise ToolError(f"Missing required argument \"[reassignment-json-file]\"")
+        raise ToolError("Missing required argument \"[reassignment-json-file]\"")
     if action == "generate":
         for name in ("topics-to-move-json-file", "broker-list"):
             if getattr(ns, name.replace("-", "_")) is None:
                 raise ToolError(f"Missing required argument \"[{name}]\"")
+    if ns.throttle is not None and ns.throttle <= 0:
+        raise ToolError(f"--throttle must be a positive number of bytes/sec, got {ns.throttle}")
     if ns.bootstrap_server is None:
         ns.bootstrap_server = ns.bootstrap_controller
     conn = common.connection(ns)
@@ -154,10 +160,11 @@ def reassign_main(argv: list[str]) -> int:
             print(f"Proposed partition reassignment configuration\n{ops.format_json(proposed)}")
         elif action == "execute":
             targets = ops.parse_reassignment_json(_read(ns.reassignment_json_file))
+            current, results = ops.execute(conn, targets, additional=ns.additional, throttle=ns.throttle)
             if ns.throttle is not None:
-                sys.stderr.write("kafka-reassign-partitions: kcli does not apply replication throttles yet; "
-                                 "--throttle has no effect (docs/replication.md)\n")
-            current, results = ops.execute(conn, targets, additional=ns.additional)
+                print("Warning: You must run --verify periodically, until the reassignment completes, to ensure "
+                      "the throttle is removed.")
+                print(f"The inter-broker throttle limit was set to {ns.throttle} B/s")
             print(f"Current partition replica assignment\n\n{ops.format_json(current)}\n\n"
                   "Save this to use as the --reassignment-json-file option during rollback")
             failed = [r for r in results if r.error]
@@ -170,8 +177,11 @@ def reassign_main(argv: list[str]) -> int:
         elif action == "verify":
             targets = ops.parse_reassignment_json(_read(ns.reassignment_json_file))
             print("Status of partition reassignment:")
-            for s in ops.verify(conn, targets):
+            states = ops.verify(conn, targets)
+            for s in states:
                 print(s.line())
+            if all(s.done for s in states) and not ns.preserve_throttles:
+                _clear_throttles(conn, targets)
         else:  # cancel
             targets = ops.parse_reassignment_json(_read(ns.reassignment_json_file))
             results = ops.cancel(conn, sorted(targets))
@@ -184,9 +194,28 @@ def reassign_main(argv: list[str]) -> int:
                 print(f"Successfully cancelled partition reassignment{'' if len(results) == 1 else 's'} for: {names}")
             else:
                 print("None of the specified partition reassignments are active.")
+            if not ns.preserve_throttles:
+                _clear_throttles(conn, targets)
     except KcliError as err:
         raise ToolError(f"Error: {common.kafka_message(err)}", stream="out") from None
     return 0
+
+
+def _clear_throttles(conn: Any, targets: dict[tuple[str, int], list[int]]) -> None:
+    """clearAllThrottles with Kafka's lines (when anything was removed): the rates on every live
+    broker, the replica lists of the plan's topics."""
+    from kcli.ops import replicas as ops
+
+    cleared = ops.clear_throttles(conn, targets)
+    for broker, error in sorted(cleared.unreachable.items()):
+        sys.stderr.write(f"kafka-reassign-partitions: could not remove the throttle rates of broker {broker}: "
+                         f"{error}\n")
+    if not cleared.removed:
+        return  # nothing was set: Kafka prints its lines anyway; kcli keeps the output as before
+    topics = sorted({t for t, _ in targets})
+    print(f"\nClearing broker-level throttles on brokers {','.join(map(str, sorted(ops.live_broker_ids(conn))))}")
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
+    print("Throttle was removed.")
 
 
 def reassign_entry() -> None:

@@ -331,12 +331,18 @@ def verify(conn: Connection, targets: dict[tuple[str, int], list[int]]) -> list[
     return out
 
 
-def execute(conn: Connection, targets: dict[tuple[str, int], list[int]], *, additional: bool = False
-            ) -> tuple[dict[tuple[str, int], list[int]], list[PartitionResult]]:
+def execute(conn: Connection, targets: dict[tuple[str, int], list[int]], *, additional: bool = False,
+            throttle: int | None = None) -> tuple[dict[tuple[str, int], list[int]], list[PartitionResult]]:
     """Start the reassignments: (the current assignment of those partitions, each partition's
     answer). Refused (UsageError) while another runs without ``additional``, or when a target
-    broker is not live."""
-    if not additional and list_reassignments(conn):
+    broker is not live. With ``throttle`` (bytes/s) the replication throttles are set first
+    (kcli.ops.reassign_throttle); when every partition is already moving (a resubmission with
+    ``additional``) only the brokers' rates change, as Kafka does."""
+    from kcli.ops import reassign_throttle
+
+    reassign_throttle.check_throttle(throttle)
+    running = {(r.topic, r.partition): r for r in list_reassignments(conn)} if throttle or not additional else {}
+    if not additional and running:
         raise UsageError("Cannot execute because there is an existing partition assignment.  Use --additional to "
                          "override this and create a new partition assignment in addition to the existing one. The "
                          "--additional flag can also be used to change the throttle by resubmitting the current "
@@ -346,6 +352,11 @@ def execute(conn: Connection, targets: dict[tuple[str, int], list[int]], *, addi
     missing = [f"{t}-{p}" for t, p in sorted(targets) if (t, p) not in current]
     if missing:
         raise KafkaApiError("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find partition: " + ", ".join(missing))
+    if throttle is not None:
+        # a running move's own current replicas are its original ones (replicas less adding)
+        before = {k: ([b for b in running[k].replicas if b not in running[k].adding] if k in running else current[k])
+                  for k in targets}
+        reassign_throttle.apply(conn, before, dict(targets), throttle, rates_only=all(k in running for k in targets))
     results = alter_reassignments(conn, dict(targets))
     return {k: current[k] for k in sorted(targets)}, results
 
@@ -367,3 +378,12 @@ def raise_if_failed(results: list[PartitionResult], what: str) -> None:
     if all(r.error == "INVALID_REPLICA_ASSIGNMENT" for r in failed):
         raise UsageError(f"{what}: {text}")
     raise OperationError(f"{what}: {text}")
+
+
+def clear_throttles(conn: Connection, targets: dict[tuple[str, int], list[int]]) -> Any:
+    """Kafka's clearAllThrottles after a completed --verify or a --cancel: the replica throttle
+    lists of the plan's topics and the rates on every live broker (the old replicas of a finished
+    move are no longer known). A kcli.ops.reassign_throttle.Cleared."""
+    from kcli.ops import reassign_throttle
+
+    return reassign_throttle.clear(conn, sorted({t for t, _ in targets}), live_broker_ids(conn))

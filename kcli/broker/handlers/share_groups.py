@@ -11,13 +11,14 @@ librdkafka's ShareConsumer (2.12+) work against the broker.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.authz import AUTHORIZED_OPS_OMITTED, GROUP_DENIED, Authz, Call, register_gate
+from kcli.broker.authz import AUTHORIZED_OPS_OMITTED, GROUP_DENIED, TOPIC_DENIED, TOPIC_DENIED_MESSAGE, Authz, Call, register_gate
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.coordinator.group.assignors import TopicInfo
 from kcli.coordinator.group.offsets import OffsetStoreError
@@ -501,7 +502,35 @@ def _group_gate(op: int, error: Any) -> Any:
 
 
 register_gate(76)(_group_gate(Op.READ, lambda req: _hb_error(GROUP_DENIED, None)))
-register_gate(78, 79)(_group_gate(Op.READ, lambda req: _top_error(None, GROUP_DENIED, None)))
+
+
+def _records_gate(fetch: bool) -> Any:
+    """ShareFetch / ShareAcknowledge (KafkaApis.handleShareFetchRequest): READ on the group, then
+    READ on each topic; a denied topic's partitions answer TOPIC_AUTHORIZATION_FAILED and never
+    reach the share partitions (nothing acquired, nothing acknowledged), the others proceed."""
+    async def gate(az: Authz, req: Any, call: Call) -> dict[str, Any] | None:
+        if not az.allowed(Op.READ, RT.GROUP, req.group_id or ""):
+            return _top_error(None, GROUP_DENIED, None)
+        allowed, denied = [], []
+        for t in req.topics or ():
+            topic = az.ctx.broker.topic_by_id(t.topic_id)  # an unknown id: the handler's UNKNOWN_TOPIC_ID
+            (denied if topic is not None and not az.allowed(Op.READ, RT.TOPIC, topic.name) else allowed).append(t)
+        if not denied:
+            return await call(req)
+        body = await call(dataclasses.replace(req, topics=tuple(allowed)))
+        if body is None:
+            return None
+        body["responses"] = list(body.get("responses") or []) + [
+            {"topic_id": t.topic_id, "partitions": [
+                _partition_answer(p.partition_index, code=TOPIC_DENIED, message=TOPIC_DENIED_MESSAGE, fetch=fetch)
+                for p in t.partitions]} for t in denied]
+        return body
+
+    return gate
+
+
+register_gate(78)(_records_gate(fetch=True))
+register_gate(79)(_records_gate(fetch=False))
 register_gate(91)(_group_gate(Op.READ, lambda req: {"throttle_time": 0, "error_code": GROUP_DENIED,
                                                     "error_message": None, "responses": []}))
 register_gate(92)(_group_gate(Op.DELETE, lambda req: {"throttle_time": 0, "error_code": GROUP_DENIED,
