@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kcli.cluster.postgres import PostgresClusterStore
 from kcli.protocol.client import WireClient
-from kcli.tiered.metadata import RemoteLogMetadataError, RemoteLogMetadataStore
+from kcli.tiered.metadata import SegmentOverlapError, RemoteLogMetadataError, RemoteLogMetadataStore
 from plugins.rsm.base import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -103,6 +103,31 @@ def test_remote_log_metadata_contract(stores):
                                                                            (20, S.COPY_SEGMENT_FINISHED)]
         assert s.highest_offset(tid, 0) == 29 and s.segment_for_offset(tid, 0, 3).start_offset == 10
         assert s.partitions(tid) == [0] and s.all_segments(states=(S.DELETE_SEGMENT_STARTED,)) == []
+
+
+def test_finished_segments_never_overlap(stores):
+    """Two leaders copying one range (an old leader still finishing, the new one resuming): the
+    second COPY_SEGMENT_FINISHED over an offset a finished segment holds is refused, whichever
+    broker writes it, so no offset is ever served from two segments; an adjacent copy finishes."""
+    first = stores.again()
+    second = stores.again() if stores.kind == "postgresql" else first  # a file RLMM has one writer
+    tid = uuid.uuid4()
+    a, overlapping, adjacent = _segment(tid, 0), _segment(tid, 5, broker=2), _segment(tid, 10, broker=2)
+    first.add_copy_started(a)
+    second.add_copy_started(overlapping)
+    first.update_state([a], S.COPY_SEGMENT_FINISHED)
+    with pytest.raises(SegmentOverlapError, match="overlaps finished segment"):
+        second.update_state([overlapping], S.COPY_SEGMENT_FINISHED)
+    second.add_copy_started(adjacent)
+    second.update_state([adjacent], S.COPY_SEGMENT_FINISHED)
+    both = _segment(tid, 30), _segment(tid, 35)
+    for md in both:
+        first.add_copy_started(md)
+    with pytest.raises(SegmentOverlapError):  # within one update too; nothing of it is written
+        first.update_state(list(both), S.COPY_SEGMENT_FINISHED)
+    for s in (first, second):
+        s.refresh()
+        assert [(x.start_offset, x.end_offset) for x in s.segments(tid, 0)] == [(0, 9), (10, 19)]
 
 
 def test_postgresql_rlmm_validates_against_the_database_and_refreshes(pg_database, tmp_path):  # noqa: F811

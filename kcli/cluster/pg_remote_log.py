@@ -152,7 +152,14 @@ class PgRemoteLogMetadataStore(MaterializedSegments):
                                     ([md.segment_id.id for md in mds],)).fetchall()
                 found = {m.segment_id.id: m for m in (segment_from_json(d) for (d,) in rows)
                          if m.state is not S.DELETE_SEGMENT_FINISHED}
-                out = self._transitions(mds, state, found.get, _now_ms())  # raises: rolled back, nothing written
+
+                def finished(topic_id: uuid.UUID, partition: int) -> list[RemoteLogSegmentMetadata]:
+                    # under the RLMM lock: no other broker finishes a copy of this partition meanwhile
+                    return [segment_from_json(d) for (d,) in conn.execute(
+                        "SELECT metadata FROM remote_log_segments WHERE topic_id = %s AND partition = %s"
+                        " AND state = %s", (topic_id, partition, S.COPY_SEGMENT_FINISHED.value)).fetchall()]
+
+                out = self._transitions(mds, state, found.get, _now_ms(), finished)  # raises: rolled back
                 for md in out:
                     conn.execute("""UPDATE remote_log_segments SET state = %s, metadata = %s, updated_at = now(),
                                            version = nextval('remote_log_segments_version')

@@ -61,7 +61,7 @@ from kcli.storage.log import ReadResult
 from kcli.storage.segment import iter_record_timestamps
 from kcli.storage.txn_state import AbortedTxn, parse_txn_index
 from kcli.tiered import disable as kip950
-from kcli.tiered.metadata import RemoteLogMetadata
+from kcli.tiered.metadata import RemoteLogMetadata, SegmentOverlapError
 from plugins.rsm.base import (
     IndexType,
     LogSegmentData,
@@ -515,7 +515,13 @@ class RemoteLogManager(BrokerExtension):
         current = self.metadata.get(md.segment_id.id)
         if current is None or current.state is not S.COPY_SEGMENT_STARTED:
             return False  # the topic was deleted meanwhile: its deletion removes these objects
-        self.metadata.update_state([md], S.COPY_SEGMENT_FINISHED)
+        try:
+            self.metadata.update_state([md], S.COPY_SEGMENT_FINISHED)
+        except SegmentOverlapError as err:  # another leader copied this range first: ours goes
+            log.warning("%s: deleting this copy; copying resumes after that segment", err)
+            self.broker.metrics.inc("tiered.segments.overlapping.deleted")
+            await self._delete_remote([md])
+            return False
         self.broker.metrics.inc("tiered.segments.copied")
         self.broker.metrics.inc("tiered.bytes.copied", md.segment_size_in_bytes)
         log.info("copied segment %d-%d of %s-%d to remote storage (tiered epoch %d)",

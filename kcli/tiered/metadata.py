@@ -44,6 +44,13 @@ class RemoteLogMetadataError(Exception):
     """The remote log metadata file cannot be read or written."""
 
 
+class SegmentOverlapError(RemoteLogMetadataError):
+    """A copy would finish over offsets another finished segment of the partition already holds:
+    two leaders (an old one still copying, the new one resuming) copied the same range. The
+    later one is refused, so no offset is ever in two finished segments."""
+
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -130,14 +137,28 @@ class MaterializedSegments:
 
     def _transitions(self, mds: Iterable[RemoteLogSegmentMetadata], state: RemoteLogSegmentState,
                      current: Callable[[uuid.UUID], RemoteLogSegmentMetadata | None],
-                     now: int) -> list[RemoteLogSegmentMetadata]:
+                     now: int, finished: Callable[[uuid.UUID, int], list[RemoteLogSegmentMetadata]] | None = None,
+                     ) -> list[RemoteLogSegmentMetadata]:
         """The updated metadata of ``mds`` moved to ``state`` from what ``current`` says they are
-        now; raises before anything is written (unknown segment, or not Kafka's transition)."""
-        out = []
+        now; raises before anything is written (unknown segment, not Kafka's transition, or a copy
+        finishing over a range another finished segment holds: :class:`SegmentOverlapError`).
+        ``finished``: a partition's finished segments as the store has them now (default: ours)."""
+        out: list[RemoteLogSegmentMetadata] = []
         for md in mds:
             cur = current(md.segment_id.id)
             if cur is None:
                 raise RemoteLogMetadataError(f"unknown remote segment {md.segment_id.id}")
+            if state is S.COPY_SEGMENT_FINISHED:
+                sid = cur.segment_id
+                others = (finished or self.segments)(sid.topic_id, sid.partition) + out
+                clash = next((o for o in others if o.segment_id.id != sid.id and o.segment_id.partition == sid.partition
+                              and o.segment_id.topic_id == sid.topic_id and o.state is S.COPY_SEGMENT_FINISHED
+                              and o.start_offset <= cur.end_offset and cur.start_offset <= o.end_offset), None)
+                if clash is not None:
+                    raise SegmentOverlapError(
+                        f"remote segment {sid.id} ({cur.start_offset}-{cur.end_offset}) of {sid.topic}-"
+                        f"{sid.partition} overlaps finished segment {clash.segment_id.id} "
+                        f"({clash.start_offset}-{clash.end_offset}) copied by broker {clash.broker_id}")
             out.append(cur.with_state(state, now))
         return out
 
