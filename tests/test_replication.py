@@ -169,7 +169,7 @@ def test_paused_follower_leaves_the_isr_and_returns(cluster: Cluster) -> None:
                  "the paused follower to leave the ISR")
         left = time.monotonic() - paused
         acked = len(history.acks)
-        wait_for(lambda: len(history.acks) > acked + 20, 15, "acks=all produce with the ISR of 2")
+        wait_for(lambda: len(history.acks) > acked + 20, 30, "acks=all produce with the ISR of 2")
     finally:
         proc.send_signal(signal.SIGCONT)
     resumed = time.monotonic()

@@ -203,7 +203,8 @@ def test_a_leader_cut_off_from_postgresql_and_its_followers_acknowledges_nothing
             if n == 1:
                 wait_for(lambda: controller_of(brokers[1].bootstrap) == 1, 15, "broker 1 to be the controller")
         boot = ",".join(b.bootstrap for b in brokers.values())
-        wait_for(lambda: set(brokers_of(brokers[1].bootstrap)) == {1, 2, 3}, 20, "three live brokers")
+        wait_for(lambda: all(set(brokers_of(b.bootstrap)) == {1, 2, 3} for b in brokers.values()), 20,
+                 "three live brokers, as every broker sees them (CreateTopics checks the assignment where it lands)")
         admin = AdminClient({"bootstrap.servers": boot})
         admin.create_topics([NewTopic("np", 1, replica_assignment=[[2, 1, 3]],
                                       config={"min.insync.replicas": "2"})])["np"].result(20)
