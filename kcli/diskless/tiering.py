@@ -429,6 +429,8 @@ class DisklessTiering:
     async def _expire_remote(self, rlm: "RemoteLogManager", t: "TopicState", partition: int, now: int) -> None:
         """Total retention (retention.ms/bytes over remote + WAL): the oldest remote segments
         expire, and the coordinator's log start follows when they reached into the WAL."""
+        from kcli.tiered.manager import expired_remote_segments
+
         segs = rlm.metadata.segments(t.topic_id, partition)
         if not segs:
             return
@@ -439,14 +441,7 @@ class DisklessTiering:
             wal = await self._wal_bytes(t, partition)
             overlap = sum(_share_above(s, coord_start) for s in segs if s.end_offset >= coord_start)
             excess = sum(s.segment_size_in_bytes for s in segs) + max(0, wal - overlap) - limit
-        doomed = []
-        for s in segs:
-            by_size = limit >= 0 and excess - s.segment_size_in_bytes >= 0
-            by_time = ms >= 0 and s.max_timestamp_ms >= 0 and now - s.max_timestamp_ms > ms
-            if not (by_size or by_time):
-                break
-            excess -= s.segment_size_in_bytes
-            doomed.append(s)
+        doomed = expired_remote_segments(segs, excess=excess, limit=limit, retention_ms=ms, now=now)
         if not doomed:
             return
         new_start = doomed[-1].end_offset + 1

@@ -178,6 +178,26 @@ def _remove_trimmed_dir(path: "os.PathLike[str]") -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+
+def expired_remote_segments(segs: list[RemoteLogSegmentMetadata], *, excess: int, limit: int, retention_ms: int,
+                            now: int, log_start: int = -1) -> list[RemoteLogSegmentMetadata]:
+    """The oldest remote segments that retention removes: those wholly below ``log_start``, then,
+    in order, each while ``excess`` bytes over ``limit`` (retention.bytes) remain or it is older
+    than ``retention_ms`` (retention.ms); the first one kept stops the run (segments expire in order)."""
+    doomed: list[RemoteLogSegmentMetadata] = []
+    for s in segs:
+        if s.end_offset < log_start:
+            doomed.append(s)
+            continue
+        by_size = limit >= 0 and excess - s.segment_size_in_bytes >= 0
+        by_time = retention_ms >= 0 and s.max_timestamp_ms >= 0 and now - s.max_timestamp_ms > retention_ms
+        if not (by_size or by_time):
+            break
+        excess -= s.segment_size_in_bytes
+        doomed.append(s)
+    return doomed
+
+
 class RemoteLogManager(BrokerExtension):
     """Tiered storage for one broker: copy, remote reads, retention, KIP-950 disablement."""
 
@@ -665,17 +685,8 @@ class RemoteLogManager(BrokerExtension):
         only_local = sum(s.size for s in lg.segments() if s.base_offset > tiered_upto)
         excess = (sum(s.segment_size_in_bytes for s in segs if s.end_offset >= log_start) + only_local - limit
                   if limit >= 0 else 0)
-        doomed: list[RemoteLogSegmentMetadata] = []
-        for s in segs:
-            if s.end_offset < log_start:
-                doomed.append(s)
-                continue
-            by_size = limit >= 0 and excess - s.segment_size_in_bytes >= 0
-            by_time = ms >= 0 and s.max_timestamp_ms >= 0 and now - s.max_timestamp_ms > ms
-            if not (by_size or by_time):
-                break
-            excess -= s.segment_size_in_bytes
-            doomed.append(s)
+        doomed = expired_remote_segments(segs, excess=excess, limit=limit, retention_ms=ms, now=now,
+                                         log_start=log_start)
         if not doomed:
             return
         new_start = doomed[-1].end_offset + 1

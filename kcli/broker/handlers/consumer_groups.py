@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.authz import AUTHORIZED_OPS_OMITTED, GROUP_DENIED, Authz, Call, register_gate
+from kcli.broker.authz import AUTHORIZED_OPS_OMITTED, GROUP_DENIED, Authz, Call, register_gate, peer_host
 from kcli.broker.dispatch import RequestContext, handler
 from kcli.coordinator.group import coordinator as g
 from kcli.coordinator.group.assignors import TopicInfo
@@ -30,8 +30,9 @@ def _coordinator(ctx: RequestContext) -> g.GroupCoordinator | None:
     return coord
 
 
-def _topics(ctx: RequestContext) -> dict[str, TopicInfo]:
-    """Every topic with its live partitions (KIP-694 deleted ones left out)."""
+def topics_view(ctx: RequestContext) -> dict[str, TopicInfo]:
+    """Every topic with its live partitions (KIP-694 deleted ones left out), as the consumer and
+    share group assignors see them."""
     out = {}
     for name, t in ctx.broker.state.topics.items():
         parts = tuple(p.partition for p in t.live_partitions())
@@ -40,9 +41,9 @@ def _topics(ctx: RequestContext) -> dict[str, TopicInfo]:
     return out
 
 
-def _client_host(ctx: RequestContext) -> str:
-    peer = ctx.connection.peer
-    return "/" + (peer.rsplit(":", 1)[0] if ":" in peer else peer)
+def client_host(ctx: RequestContext) -> str:
+    """The member's host as Kafka's group describe shows it ("/127.0.0.1")."""
+    return "/" + peer_host(ctx.connection.peer)
 
 
 def _ms(value: Any) -> int:
@@ -76,12 +77,12 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, A
         subscribed_topic_names=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
         subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
         server_assignor=req.server_assignor, owned=owned, client_id=ctx.client_id,
-        client_host=_client_host(ctx), api_version=ctx.api_version)
+        client_host=client_host(ctx), api_version=ctx.api_version)
     if ctx.api_version >= 1 and not hb.member_id and hb.member_epoch == 0:
         # v1: the client names itself (a UUID) and keeps that id for its lifetime.
         return _error(ErrorCode.invalid_request, "MemberId can't be empty.")
     try:
-        result = coord.consumer_group_heartbeat(hb, lambda: _topics(ctx))
+        result = coord.consumer_group_heartbeat(hb, lambda: topics_view(ctx))
     except HeartbeatError as err:
         return _error(err.code, err.message, hb.member_id or None)
     assignment = None
@@ -96,7 +97,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, A
 @handler(69, "ConsumerGroupDescribe", 0, 0)
 async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
     coord = _coordinator(ctx)
-    topics = _topics(ctx)
+    topics = topics_view(ctx)
     out = []
     for gid in req.group_ids:
         empty = {"group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,

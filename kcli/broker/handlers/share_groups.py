@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.authz import AUTHORIZED_OPS_OMITTED, GROUP_DENIED, TOPIC_DENIED, TOPIC_DENIED_MESSAGE, Authz, Call, register_gate
 from kcli.broker.dispatch import RequestContext, handler
-from kcli.coordinator.group.assignors import TopicInfo
+from kcli.broker.handlers.consumer_groups import client_host, topics_view
 from kcli.coordinator.group.offsets import OffsetStoreError
 from kcli.coordinator.share.group import SHARE_PROTOCOL_TYPE, ShareGroupError, ShareHeartbeatRequest
 from kcli.coordinator.share.session import FINAL_EPOCH, ShareSessionError
@@ -35,18 +35,6 @@ def _share(ctx: RequestContext) -> Any:
     return share
 
 
-def _topics(ctx: RequestContext) -> dict[str, TopicInfo]:
-    out = {}
-    for name, t in ctx.broker.state.topics.items():
-        parts = tuple(p.partition for p in t.live_partitions())
-        if parts:
-            out[name] = TopicInfo(name, t.topic_id, parts)
-    return out
-
-
-def _client_host(ctx: RequestContext) -> str:
-    peer = ctx.connection.peer
-    return "/" + (peer.rsplit(":", 1)[0] if ":" in peer else peer)
 
 
 def _other_type(ctx: RequestContext, group_id: str) -> bool:
@@ -91,9 +79,9 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]
         group_id=req.group_id or "", member_id=req.member_id or "", member_epoch=int(req.member_epoch),
         rack_id=req.rack_id,
         subscribed_topic_names=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
-        client_id=ctx.client_id, client_host=_client_host(ctx))
+        client_id=ctx.client_id, client_host=client_host(ctx))
     try:
-        result = share.groups.heartbeat(hb, lambda: _topics(ctx))
+        result = share.groups.heartbeat(hb, lambda: topics_view(ctx))
     except ShareGroupError as err:
         return _hb_error(err.code, err.message, hb.member_id or None)
     if hb.group_id in share.groups.groups and coord.store.protocol_types.get(hb.group_id) != SHARE_PROTOCOL_TYPE:
@@ -111,7 +99,7 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]
 @handler(77, "ShareGroupDescribe", 1, 1)
 async def share_group_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
     share = _share(ctx)
-    topics = _topics(ctx)
+    topics = topics_view(ctx)
     out = []
     for gid in req.group_ids:
         empty = {"group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,

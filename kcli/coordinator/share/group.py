@@ -28,6 +28,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from kcli.coordinator.group.assignors import MemberSpec, TopicInfo
+from kcli.coordinator.group.consumer_group import HeartbeatError
 from kcli.coordinator.share.assignor import SIMPLE, SimpleAssignor
 
 log = logging.getLogger("kcli.coordinator.share.group")
@@ -46,13 +47,8 @@ Assignment = dict[Any, set[int]]  # topic id -> partitions
 TopicsView = Callable[[], dict[str, TopicInfo]]
 
 
-class ShareGroupError(Exception):
+class ShareGroupError(HeartbeatError):
     """A ShareGroupHeartbeat answered with ``code`` and Kafka's message."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = int(code)
-        self.message = message
 
 
 @dataclass
