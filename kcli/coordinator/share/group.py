@@ -28,13 +28,11 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from kcli.coordinator.group.assignors import MemberSpec, TopicInfo
-from kcli.coordinator.group.consumer_group import HeartbeatError
+from kcli.coordinator.group.consumer_group import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH, HeartbeatError
 from kcli.coordinator.share.assignor import SIMPLE, SimpleAssignor
 
 log = logging.getLogger("kcli.coordinator.share.group")
 
-JOIN_GROUP_MEMBER_EPOCH = 0
-LEAVE_GROUP_MEMBER_EPOCH = -1
 
 # Kafka's ShareGroup.ShareGroupState names.
 EMPTY = "Empty"
